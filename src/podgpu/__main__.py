@@ -1,0 +1,5 @@
+"""`python -m podgpu` is the same as the `podgpu` console script."""
+
+from podgpu.cli import main
+
+raise SystemExit(main())

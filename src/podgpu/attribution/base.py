@@ -1,0 +1,42 @@
+"""The interface between the collector and pod attribution.
+
+The collector calls `attribute` once per cycle with the devices it read and the GPU processes the
+backend found. An implementation must answer from state it keeps up to date in the background
+(kubelet polling, pod watch): it never blocks on the kubelet or the API server, and never raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from podgpu.model import Allocation, Device, GpuProcess
+
+
+@dataclass(frozen=True, slots=True)
+class Attribution:
+    """One cycle's attribution result.
+
+    `status` is 'ok' or 'unavailable: <why>' (shown by /health as `kubelet: ...`);
+    `errors` counts new failures since the previous call per source ('kubelet', 'cgroups',
+    'podwatch') and feeds podgpu_collect_errors_total{source}.
+    """
+
+    allocations: tuple[Allocation, ...] = ()
+    processes: tuple[GpuProcess, ...] = ()
+    status: str = "ok"
+    errors: tuple[tuple[str, int], ...] = ()
+
+
+class Attributor(Protocol):
+    def start(self) -> None:
+        """Start background polling/watching. Must not block for long or raise."""
+
+    def attribute(
+        self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]
+    ) -> Attribution:
+        """Current allocations for `devices`, and `processes` with their containers filled in."""
+        ...
+
+    def close(self) -> None:
+        """Stop background work."""

@@ -1,0 +1,54 @@
+"""The one interface every GPU backend implements (NVML, simulated, test fakes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from podgpu.fields.catalog import Field
+from podgpu.model import Device, GpuProcess, Sample
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one `Backend.read` returns.
+
+    `lost` names devices that could not be read at all this cycle, with the reason (their samples
+    are absent); `errors` counts failed calls this cycle (fields merely unsupported are not errors).
+    """
+
+    samples: tuple[Sample, ...]
+    lost: tuple[tuple[str, str], ...] = ()
+    errors: int = 0
+    processes: tuple[GpuProcess, ...] = ()
+
+
+class Backend(Protocol):
+    """A source of GPU samples. `read` is called from one thread, once per cycle."""
+
+    name: str
+    """Short name for logs, `podgpu_build_info{backend}` and `podgpu_collect_errors_total{source}`."""
+
+    def open(self) -> None:
+        """Connect (e.g. nvmlInit) and discover devices. Raises BackendError if unusable."""
+
+    def devices(self) -> tuple[Device, ...]:
+        """Devices found at open (or at the last re-discovery)."""
+        ...
+
+    def info(self) -> dict[str, str]:
+        """Node facts for podgpu_build_info, e.g. {'driver_version': '580.159.04'}."""
+        ...
+
+    def read(self, fields: Sequence[Field], *, processes: bool = False) -> Reading:
+        """One sample per readable device for `fields`; GPU processes when asked. Never raises
+        for a single device's failure: that device goes into `Reading.lost`."""
+        ...
+
+    def unavailable_fields(self) -> dict[str, str]:
+        """Fields no device of this node can supply at all, with why (e.g. DCP without GPM)."""
+        ...
+
+    def close(self) -> None:
+        """Release everything (nvmlShutdown, GPM buffers, event thread)."""

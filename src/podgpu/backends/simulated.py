@@ -1,0 +1,269 @@
+"""A simulated GPU node: deterministic devices and values that move like a gpu-burn workload.
+
+Busy GPUs follow the seed post's pattern (100 % for `on` seconds, idle for `off` seconds, repeat);
+GPU_UTIL, power, SM clock, FB_USED, temperatures and the profiling ratios move together. The other
+GPUs stay idle. Every value is a pure function of (model, index, time), so tests can pin the clock.
+Profiling (DCP) fields exist only on models where podgpu's NVML backend would have them (GPM:
+Hopper and newer), so the simulated node shows what a real node of that model would show.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from podgpu.backends.base import Reading
+from podgpu.errors import ConfigError
+from podgpu.fields.catalog import Field
+from podgpu.model import Device, Sample
+from podgpu.model.device import Value
+
+SIM_DRIVER_VERSION = "580.159.04"
+SIM_NVML_VERSION = "13.580.159.04"
+_UUID_NS = uuid.UUID("6f1c7a52-1d0e-4c55-9c3f-5d1e0a9b7e21")
+# Bus ids of the GPUs in an 8-GPU HGX node, in NVML index order.
+_BUS_IDS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """What one GPU model looks like through NVML: capacities, value ranges, capabilities."""
+
+    name: str
+    fb_total_mib: int
+    fb_reserved_mib: int
+    power_limit_w: float
+    idle_w: float
+    busy_w: float
+    sm_clock: tuple[int, int]  # idle, busy MHz
+    mem_clock: int
+    temp: tuple[int, int]  # idle, busy C
+    mem_temp: bool
+    gpm: bool
+    nvlink: bool
+    fan: bool
+    retired_pages: bool
+    vbios: str
+
+
+MODELS: dict[str, ModelSpec] = {
+    "H100": ModelSpec("NVIDIA H100 80GB HBM3", 81559, 573, 700.0, 72.0, 655.0, (345, 1980), 2619,
+                      (31, 62), True, True, True, False, False, "96.00.99.00.01"),
+    "H200": ModelSpec("NVIDIA H200", 143771, 615, 700.0, 80.0, 632.0, (345, 1980), 3201,
+                      (33, 64), True, True, True, False, False, "96.00.B6.00.02"),
+    "A100": ModelSpec("NVIDIA A100-SXM4-80GB", 81920, 569, 400.0, 55.0, 385.0, (210, 1410), 1593,
+                      (30, 66), True, False, True, False, False, "92.00.45.00.03"),
+    "A10G": ModelSpec("NVIDIA A10G", 23028, 280, 300.0, 26.0, 299.0, (210, 1710), 6250,
+                      (28, 65), False, False, False, True, True, "94.02.75.00.01"),
+}
+DEFAULT_MODEL = "H100"
+
+
+def parse_simulate(spec: str) -> tuple[int, ModelSpec]:
+    """`N` or `NxMODEL` (e.g. `4`, `8xH200`) -> (count, model). Raises ConfigError."""
+    count_text, _, model_text = spec.strip().partition("x")
+    if not count_text.isdigit() or not 1 <= int(count_text) <= 64:
+        raise ConfigError(
+            f"--simulate {spec!r}: expected N or NxMODEL with N in 1..64, e.g. 4 or 8xH200"
+        )
+    model_key = (model_text or DEFAULT_MODEL).upper()
+    if model_key not in MODELS:
+        raise ConfigError(
+            f"--simulate {spec!r}: unknown model {model_text!r}; known: {', '.join(MODELS)}"
+        )
+    return int(count_text), MODELS[model_key]
+
+
+def _jitter(seed: str, spread: float) -> float:
+    """Deterministic noise in [-spread, +spread] from a string seed."""
+    return (zlib.crc32(seed.encode()) / 0xFFFFFFFF * 2.0 - 1.0) * spread
+
+
+class SimulatedBackend:
+    """`count` GPUs of one model; GPUs 0..ceil(count/2)-1 run the burn pattern, the rest idle."""
+
+    name = "simulated"
+
+    def __init__(
+        self,
+        count: int,
+        model: ModelSpec,
+        *,
+        on_seconds: float = 20.0,
+        off_seconds: float = 20.0,
+        clock: Callable[[], float] = time.time,
+        busy: Sequence[int] | None = None,
+    ) -> None:
+        self._model = model
+        self._count = count
+        self._on = on_seconds
+        self._off = off_seconds
+        self._clock = clock
+        self._busy = set(busy) if busy is not None else set(range(math.ceil(count / 2)))
+        self._epoch = clock()  # start of the first busy phase
+        self._devices = tuple(self._make_device(i) for i in range(count))
+
+    def _make_device(self, i: int) -> Device:
+        gpu_uuid = f"GPU-{uuid.uuid5(_UUID_NS, f'{self._model.name}/{i}')}"
+        bus = _BUS_IDS[i] if i < len(_BUS_IDS) else 0x100 + i
+        return Device(
+            index=i,
+            uuid=gpu_uuid,
+            pci_bus_id=f"00000000:{bus:02X}:00.0",
+            device_name=f"nvidia{i}",
+            model=self._model.name,
+        )
+
+    # --- Backend interface
+    def open(self) -> None:
+        return None
+
+    def devices(self) -> tuple[Device, ...]:
+        return self._devices
+
+    def info(self) -> dict[str, str]:
+        return {"driver_version": SIM_DRIVER_VERSION}
+
+    def unavailable_fields(self) -> dict[str, str]:
+        if self._model.gpm:
+            return {}
+        return {
+            f"DCGM_FI_PROF_{n}": f"{self._model.name} has no GPM (Hopper and newer only)"
+            for n in ("GR_ENGINE_ACTIVE", "SM_ACTIVE", "SM_OCCUPANCY", "PIPE_TENSOR_ACTIVE",
+                      "DRAM_ACTIVE", "PIPE_FP64_ACTIVE", "PIPE_FP32_ACTIVE", "PIPE_FP16_ACTIVE",
+                      "PCIE_TX_BYTES", "PCIE_RX_BYTES", "NVLINK_TX_BYTES", "NVLINK_RX_BYTES")
+        }
+
+    def read(self, fields: Sequence[Field], *, processes: bool = False) -> Reading:
+        now = self._clock()
+        samples = tuple(self._sample(d, fields, now) for d in self._devices)
+        return Reading(samples=samples)
+
+    def close(self) -> None:
+        return None
+
+    # --- the workload
+    def is_busy(self, index: int, now: float) -> bool:
+        """True while GPU `index` is in a busy phase at Unix time `now`."""
+        if index not in self._busy:
+            return False
+        return (now - self._epoch) % (self._on + self._off) < self._on
+
+    def _busy_seconds(self, index: int, elapsed: float) -> float:
+        """Seconds spent busy in the first `elapsed` seconds (closed form of the square wave)."""
+        if index not in self._busy or elapsed <= 0:
+            return 0.0
+        period = self._on + self._off
+        whole, part = divmod(elapsed, period)
+        return whole * self._on + min(part, self._on)
+
+    def _sample(self, dev: Device, fields: Sequence[Field], now: float) -> Sample:
+        values: dict[str, Value] = {}
+        missing: dict[str, str] = {}
+        table = self._values(dev, now)
+        for f in fields:
+            if f.group == "EXP":
+                continue  # computed by the exporter from other fields
+            v = table.get(f.name)
+            if v is None:
+                missing[f.name] = f"not supported on {self._model.name}"
+            else:
+                values[f.name] = v
+        return Sample(dev, values, missing)
+
+    def _values(self, dev: Device, now: float) -> dict[str, Value | None]:
+        m = self._model
+        i = dev.index
+        busy = self.is_busy(i, now)
+        tick = f"{i}/{int(now)}"
+        elapsed = now - self._epoch
+        uptime = elapsed + 3600.0 * (i + 1)  # the driver loaded before podgpu started
+        busy_s = self._busy_seconds(i, elapsed)
+        energy_mj = int(1000.0 * (m.idle_w * uptime + (m.busy_w - m.idle_w) * busy_s))
+        power = (m.busy_w if busy else m.idle_w) + _jitter("p" + tick, 4.0 if busy else 1.5)
+        fb_reserved = m.fb_reserved_mib
+        fb_used = int((m.fb_total_mib - fb_reserved) * 0.9) if busy else 0
+        temp = m.temp[1] if busy else m.temp[0]
+        util = 100 if busy else 0
+
+        def prof(busy_value: float) -> float | None:
+            if not m.gpm:
+                return None
+            return round(max(0.0, busy_value + _jitter(f"r{busy_value}" + tick, 0.01)), 6) if busy \
+                else 0.0
+
+        def prof_bytes(busy_value: float) -> int | None:
+            if not m.gpm:
+                return None
+            return int(busy_value * (1 + _jitter("b" + tick, 0.05))) if busy else 0
+
+        return {
+            "DCGM_FI_DRIVER_VERSION": SIM_DRIVER_VERSION,
+            "DCGM_FI_NVML_VERSION": SIM_NVML_VERSION,
+            "DCGM_FI_DEV_BRAND": "NVIDIA",
+            "DCGM_FI_DEV_SERIAL": f"{1650923000000 + i:013d}",
+            "DCGM_FI_DEV_OEM_INFOROM_VER": "1.0",
+            "DCGM_FI_DEV_ECC_INFOROM_VER": "7.0",
+            "DCGM_FI_DEV_POWER_INFOROM_VER": None,
+            "DCGM_FI_DEV_INFOROM_IMAGE_VER": "G520.0200.00.05",
+            "DCGM_FI_DEV_VBIOS_VERSION": m.vbios,
+            "DCGM_FI_DEV_SM_CLOCK": m.sm_clock[1] if busy else m.sm_clock[0],
+            "DCGM_FI_DEV_MEM_CLOCK": m.mem_clock,
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": 0x4 if busy and power > m.busy_w else
+            (0x0 if busy else 0x1),
+            "DCGM_FI_DEV_PSTATE": 0,
+            "DCGM_FI_DEV_FAN_SPEED": (60 if busy else 30) if m.fan else None,
+            "DCGM_FI_DEV_MEMORY_TEMP": (temp + 6) if m.mem_temp else None,
+            "DCGM_FI_DEV_GPU_TEMP": temp + int(_jitter("t" + tick, 1.0)),
+            "DCGM_FI_DEV_POWER_USAGE": round(power, 3),
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": energy_mj,
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT": m.power_limit_w,
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 0,
+            "DCGM_FI_DEV_GPU_UTIL": util,
+            "DCGM_FI_DEV_MEM_COPY_UTIL": (38 + int(_jitter("m" + tick, 3.0))) if busy else 0,
+            "DCGM_FI_DEV_ENC_UTIL": 0,
+            "DCGM_FI_DEV_DEC_UTIL": 0,
+            "DCGM_FI_DEV_XID_ERRORS": 0,
+            "DCGM_FI_DEV_POWER_VIOLATION": int(1e9 * 0.02 * busy_s),
+            "DCGM_FI_DEV_THERMAL_VIOLATION": 0,
+            "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": 0,
+            "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": 0,
+            "DCGM_FI_DEV_LOW_UTIL_VIOLATION": 0,
+            "DCGM_FI_DEV_RELIABILITY_VIOLATION": 0,
+            "DCGM_FI_DEV_FB_TOTAL": m.fb_total_mib,
+            "DCGM_FI_DEV_FB_FREE": m.fb_total_mib - fb_reserved - fb_used,
+            "DCGM_FI_DEV_FB_USED": fb_used,
+            "DCGM_FI_DEV_FB_RESERVED": fb_reserved,
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 0,
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0,
+            "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": 0,
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": 0,
+            "DCGM_FI_DEV_RETIRED_SBE": 0 if m.retired_pages else None,
+            "DCGM_FI_DEV_RETIRED_DBE": 0 if m.retired_pages else None,
+            "DCGM_FI_DEV_RETIRED_PENDING": 0 if m.retired_pages else None,
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0,
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 0 if m.nvlink else None,
+            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 0 if m.nvlink else None,
+            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 0 if m.nvlink else None,
+            "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 0 if m.nvlink else None,
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": 0 if m.nvlink else None,
+            "DCGM_FI_DEV_VGPU_LICENSE_STATUS": 0,
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": prof(0.99),
+            "DCGM_FI_PROF_SM_ACTIVE": prof(0.97),
+            "DCGM_FI_PROF_SM_OCCUPANCY": prof(0.24),
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": prof(0.62),
+            "DCGM_FI_PROF_DRAM_ACTIVE": prof(0.36),
+            "DCGM_FI_PROF_PIPE_FP64_ACTIVE": prof(0.0),
+            "DCGM_FI_PROF_PIPE_FP32_ACTIVE": prof(0.71),
+            "DCGM_FI_PROF_PIPE_FP16_ACTIVE": prof(0.0),
+            "DCGM_FI_PROF_PCIE_TX_BYTES": prof_bytes(485_000_000),
+            "DCGM_FI_PROF_PCIE_RX_BYTES": prof_bytes(1_210_000_000),
+            "DCGM_FI_PROF_NVLINK_TX_BYTES": prof_bytes(0) if m.nvlink else None,
+            "DCGM_FI_PROF_NVLINK_RX_BYTES": prof_bytes(0) if m.nvlink else None,
+        }

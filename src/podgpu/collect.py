@@ -1,0 +1,135 @@
+"""One collection cycle: backend -> attribution -> Snapshot. Times every stage; never raises.
+
+`Collector.cycle()` is called by `CollectLoop` on its own thread at the collect interval; the loop
+hands every snapshot to `publish` (which renders the exposition once and swaps it in). Nothing on
+the scrape path calls the backend or the kubelet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from podgpu.attribution.base import Attribution, Attributor
+from podgpu.backends.base import Backend, Reading
+from podgpu.fields.catalog import Field
+from podgpu.model import Snapshot, StageResult
+
+log = logging.getLogger(__name__)
+
+
+class Collector:
+    """Builds one immutable Snapshot per call, keeping only cumulative error counts between calls."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        fields: tuple[Field, ...],
+        *,
+        attributor: Attributor | None = None,
+        want_processes: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._backend = backend
+        self._fields = fields
+        self._attributor = attributor
+        self._want_processes = want_processes
+        self._clock = clock
+        self._errors: Counter[str] = Counter()
+        self._cycle = 0
+
+    def cycle(self) -> Snapshot:
+        self._cycle += 1
+        stages: list[StageResult] = []
+        t0 = time.perf_counter()
+        try:
+            reading = self._backend.read(self._fields, processes=self._want_processes)
+            ok, err = reading.errors == 0 and not reading.lost, ""
+            if reading.lost:
+                err = "; ".join(f"{d}: {why}" for d, why in reading.lost)
+        except Exception as exc:  # a backend bug must not stop the loop (STYLE rule 4)
+            log.exception("backend %s failed", self._backend.name)
+            reading, ok, err = Reading(samples=()), False, f"{type(exc).__name__}: {exc}"
+            self._errors[self._backend.name] += 1
+        self._errors[self._backend.name] += reading.errors + len(reading.lost)
+        stages.append(StageResult("backend", time.perf_counter() - t0, ok, err))
+
+        attribution = Attribution(processes=reading.processes, status="disabled")
+        if self._attributor is not None:
+            t1 = time.perf_counter()
+            devices = tuple(s.device for s in reading.samples)
+            try:
+                attribution = self._attributor.attribute(devices, reading.processes)
+                a_ok = attribution.status == "ok"
+            except Exception as exc:
+                log.exception("attribution failed")
+                attribution = Attribution(status=f"unavailable: {exc}")
+                self._errors["attribution"] += 1
+                a_ok = False
+            for source, n in attribution.errors:
+                self._errors[source] += n
+            stages.append(StageResult("attribution", time.perf_counter() - t1, a_ok,
+                                      "" if a_ok else attribution.status))
+
+        return Snapshot(
+            taken_at=self._clock(),
+            samples=reading.samples,
+            stages=tuple(stages),
+            allocations=attribution.allocations,
+            processes=attribution.processes,
+            lost_devices=reading.lost,
+            attribution_status=attribution.status,
+            errors_total=tuple(sorted(self._errors.items())),
+            cycle=self._cycle,
+        )
+
+
+class CollectLoop:
+    """Runs `collector.cycle()` every `interval` seconds on a daemon thread and publishes results.
+
+    Ticks are scheduled on a fixed grid (start + k*interval); a cycle that overruns skips the
+    missed ticks instead of queueing them, so a slow GPU never builds a backlog.
+    """
+
+    def __init__(
+        self,
+        collector: Collector,
+        interval: float,
+        publish: Callable[[Snapshot, float], None],
+    ) -> None:
+        self._collector = collector
+        self._interval = interval
+        self._publish = publish
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="podgpu-collect", daemon=True)
+
+    def run_once(self) -> Snapshot:
+        """One cycle on the caller's thread (used for the first snapshot before serving)."""
+        t0 = time.perf_counter()
+        snap = self._collector.cycle()
+        self._publish(snap, time.perf_counter() - t0)
+        return snap
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        next_tick = time.monotonic() + self._interval
+        while not self._stop.wait(max(0.0, next_tick - time.monotonic())):
+            try:
+                self.run_once()
+            except Exception:  # publish bugs must not kill the loop either
+                log.exception("publishing a snapshot failed")
+            now = time.monotonic()
+            next_tick += self._interval
+            if next_tick < now:  # overran: skip to the next future tick on the grid
+                missed = int((now - next_tick) // self._interval) + 1
+                next_tick += missed * self._interval
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)

@@ -1,0 +1,337 @@
+"""Every DCGM field podgpu can export: id, Prometheus type, value type, unit, help, how it is read.
+
+Names and numeric ids are DCGM's (dcgm_fields.h; the pre-4.6 spellings, which are the metric names
+dcgm-exporter emits). Units are DCGM's, and each `Source` says which NVML call yields the value and
+the factor that converts NVML's unit into DCGM's (reference/nvml.md §1, §2.4) — the one place units
+are converted (STYLE rule 9).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+PromType = Literal["gauge", "counter", "label"]
+ValueType = Literal["int", "float", "str"]
+SourceKind = Literal["fv", "call", "gpm", "rate", "event", "system", "exporter"]
+Scope = Literal["gpu", "both"]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """How a backend reads a field.
+
+    kind:
+      fv      one entry of the per-GPU `nvmlDeviceGetFieldValues` batch; `ref` is the NVML_FI_*
+              constant, `arg` an optional scope id.
+      call    a plain NVML call `ref(handle[, arg])`; `pick` selects an attribute or tuple index.
+      gpm     an NVML GPM metric (`ref` = NVML_GPM_METRIC_*) over the previous cycle's sample pair.
+      rate    per-second rate of cumulative NVML field values `ref` (+ `arg`), summed.
+      event   recorded from the NVML event thread (XID).
+      system  a node-wide NVML call without a device handle.
+      exporter computed by podgpu itself from other fields (DCGM_EXP_*).
+    `scale` multiplies the NVML value into DCGM's unit.
+    """
+
+    kind: SourceKind
+    ref: str
+    arg: str = ""
+    pick: str = ""
+    scale: float = 1.0
+
+    def describe(self) -> str:
+        if self.kind == "fv":
+            scope = f", scope={self.arg}" if self.arg else ""
+            text = f"nvmlDeviceGetFieldValues({self.ref}{scope})"
+        elif self.kind == "call":
+            arg = f", {self.arg}" if self.arg else ""
+            pick = f".{self.pick}" if self.pick and not self.pick.isdigit() else ""
+            pick = f"[{self.pick}]" if self.pick.isdigit() else pick
+            text = f"{self.ref}(h{arg}){pick}"
+        elif self.kind == "gpm":
+            text = f"GPM {self.ref}"
+        elif self.kind == "rate":
+            text = f"rate of field values {self.ref}+{self.arg}"
+        elif self.kind == "system":
+            text = f"{self.ref}()"
+        else:
+            text = f"{self.kind}: {self.ref}"
+        if self.scale != 1.0:
+            text += f" x {self.scale:g}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One DCGM field: its identity, exposition type, value type, unit and help."""
+
+    name: str
+    id: int
+    prom_type: PromType
+    value_type: ValueType
+    unit: str
+    help: str
+    source: Source
+    group: Literal["DEV", "PROF", "LABEL", "EXP"]
+    scope: Scope = "gpu"
+    """'both' when the field is also read per MIG instance; 'gpu' when only the parent has it."""
+
+    @property
+    def is_label(self) -> bool:
+        return self.prom_type == "label"
+
+
+def _f(
+    name: str,
+    fid: int,
+    ptype: PromType,
+    vtype: ValueType,
+    unit: str,
+    help_: str,
+    source: Source,
+    scope: Scope = "gpu",
+) -> Field:
+    group: Literal["DEV", "PROF", "LABEL", "EXP"]
+    if ptype == "label":
+        group = "LABEL"
+    elif name.startswith("DCGM_FI_PROF_"):
+        group = "PROF"
+    elif name.startswith("DCGM_EXP_"):
+        group = "EXP"
+    else:
+        group = "DEV"
+    return Field(name, fid, ptype, vtype, unit, help_, source, group, scope)
+
+
+def _fv(ref: str, scale: float = 1.0, arg: str = "") -> Source:
+    return Source("fv", ref, arg=arg, scale=scale)
+
+
+def _call(ref: str, arg: str = "", pick: str = "", scale: float = 1.0) -> Source:
+    return Source("call", ref, arg=arg, pick=pick, scale=scale)
+
+
+def _gpm(ref: str, scale: float) -> Source:
+    return Source("gpm", ref, scale=scale)
+
+
+_PCT = 0.01  # GPM percent -> DCGM ratio 0..1
+_ALL_LINKS = "0xFFFFFFFF"
+
+CATALOG: tuple[Field, ...] = (
+    # --- static labels (DCGM_FT_STRING; exported as labels when the list types them `label`)
+    _f("DCGM_FI_DRIVER_VERSION", 1, "label", "str", "", "Driver Version",
+       Source("system", "nvmlSystemGetDriverVersion")),
+    _f("DCGM_FI_NVML_VERSION", 2, "label", "str", "", "NVML Version",
+       Source("system", "nvmlSystemGetNVMLVersion")),
+    _f("DCGM_FI_DEV_BRAND", 51, "label", "str", "", "Device Brand",
+       _call("nvmlDeviceGetBrand")),
+    _f("DCGM_FI_DEV_SERIAL", 53, "label", "str", "", "Device Serial Number",
+       _call("nvmlDeviceGetSerial")),
+    _f("DCGM_FI_DEV_OEM_INFOROM_VER", 56, "label", "str", "", "OEM inforom version",
+       _call("nvmlDeviceGetInforomVersion", "NVML_INFOROM_OEM")),
+    _f("DCGM_FI_DEV_ECC_INFOROM_VER", 80, "label", "str", "", "ECC inforom version",
+       _call("nvmlDeviceGetInforomVersion", "NVML_INFOROM_ECC")),
+    _f("DCGM_FI_DEV_POWER_INFOROM_VER", 81, "label", "str", "",
+       "Power management object inforom version",
+       _call("nvmlDeviceGetInforomVersion", "NVML_INFOROM_POWER")),
+    _f("DCGM_FI_DEV_INFOROM_IMAGE_VER", 82, "label", "str", "", "Inforom image version",
+       _call("nvmlDeviceGetInforomImageVersion")),
+    _f("DCGM_FI_DEV_VBIOS_VERSION", 85, "label", "str", "", "VBIOS version of the device",
+       _call("nvmlDeviceGetVbiosVersion")),
+    # --- clocks, clock events, P-state
+    _f("DCGM_FI_DEV_SM_CLOCK", 100, "gauge", "int", "MHz", "SM clock frequency (in MHz).",
+       _call("nvmlDeviceGetClockInfo", "NVML_CLOCK_SM")),
+    _f("DCGM_FI_DEV_MEM_CLOCK", 101, "gauge", "int", "MHz", "Memory clock frequency (in MHz).",
+       _call("nvmlDeviceGetClockInfo", "NVML_CLOCK_MEM")),
+    _f("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", 112, "gauge", "int", "bitmask",
+       "Current clock event reasons (bitmask of NVML clocks event reasons).",
+       _call("nvmlDeviceGetCurrentClocksEventReasons")),
+    _f("DCGM_FI_DEV_PSTATE", 190, "gauge", "int", "P-state",
+       "Performance state (P-State) 0-15. 0=highest.",
+       _call("nvmlDeviceGetPerformanceState")),
+    _f("DCGM_FI_DEV_FAN_SPEED", 191, "gauge", "int", "%", "Fan speed (in 0-100%).",
+       _call("nvmlDeviceGetFanSpeed")),
+    # --- temperature and power
+    _f("DCGM_FI_DEV_MEMORY_TEMP", 140, "gauge", "int", "C", "Memory temperature (in C).",
+       _fv("NVML_FI_DEV_MEMORY_TEMP")),
+    _f("DCGM_FI_DEV_GPU_TEMP", 150, "gauge", "int", "C", "GPU temperature (in C).",
+       _call("nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU")),
+    _f("DCGM_FI_DEV_POWER_USAGE", 155, "gauge", "float", "W", "Power draw (in W).",
+       _call("nvmlDeviceGetPowerUsage", scale=0.001)),
+    _f("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 156, "counter", "int", "mJ",
+       "Total energy consumption since boot (in mJ).",
+       _fv("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION")),
+    _f("DCGM_FI_DEV_POWER_MGMT_LIMIT", 160, "gauge", "float", "W",
+       "Power management limit (in W).",
+       _call("nvmlDeviceGetPowerManagementLimit", scale=0.001)),
+    # --- PCIe
+    _f("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", 202, "counter", "int", "count",
+       "Total number of PCIe retries.", _fv("NVML_FI_DEV_PCIE_REPLAY_COUNTER")),
+    # --- utilization
+    _f("DCGM_FI_DEV_GPU_UTIL", 203, "gauge", "int", "%", "GPU utilization (in %).",
+       _call("nvmlDeviceGetUtilizationRates", pick="gpu")),
+    _f("DCGM_FI_DEV_MEM_COPY_UTIL", 204, "gauge", "int", "%", "Memory utilization (in %).",
+       _call("nvmlDeviceGetUtilizationRates", pick="memory")),
+    _f("DCGM_FI_DEV_ENC_UTIL", 206, "gauge", "int", "%", "Encoder utilization (in %).",
+       _call("nvmlDeviceGetEncoderUtilization", pick="0")),
+    _f("DCGM_FI_DEV_DEC_UTIL", 207, "gauge", "int", "%", "Decoder utilization (in %).",
+       _call("nvmlDeviceGetDecoderUtilization", pick="0")),
+    # --- errors and violations
+    _f("DCGM_FI_DEV_XID_ERRORS", 230, "gauge", "int", "XID",
+       "Value of the last XID error encountered.", Source("event", "nvmlEventTypeXidCriticalError")),
+    _f("DCGM_FI_DEV_POWER_VIOLATION", 240, "counter", "int", "ns",
+       "Throttling duration due to power constraints (in ns).",
+       _fv("NVML_FI_DEV_PERF_POLICY_POWER")),
+    _f("DCGM_FI_DEV_THERMAL_VIOLATION", 241, "counter", "int", "ns",
+       "Throttling duration due to thermal constraints (in ns).",
+       _fv("NVML_FI_DEV_PERF_POLICY_THERMAL")),
+    _f("DCGM_FI_DEV_SYNC_BOOST_VIOLATION", 242, "counter", "int", "ns",
+       "Throttling duration due to sync-boost constraints (in ns).",
+       _fv("NVML_FI_DEV_PERF_POLICY_SYNC_BOOST")),
+    _f("DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", 243, "counter", "int", "ns",
+       "Throttling duration due to board limit constraints (in ns).",
+       _fv("NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT")),
+    _f("DCGM_FI_DEV_LOW_UTIL_VIOLATION", 244, "counter", "int", "ns",
+       "Throttling duration due to low utilization (in ns).",
+       _fv("NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION")),
+    _f("DCGM_FI_DEV_RELIABILITY_VIOLATION", 245, "counter", "int", "ns",
+       "Throttling duration due to reliability constraints (in ns).",
+       _fv("NVML_FI_DEV_PERF_POLICY_RELIABILITY")),
+    # --- framebuffer (one nvmlDeviceGetMemoryInfo v2 call; per MIG instance too)
+    _f("DCGM_FI_DEV_FB_TOTAL", 250, "gauge", "int", "MiB", "Framebuffer memory total (in MiB).",
+       _call("nvmlDeviceGetMemoryInfo", "nvmlMemory_v2", "total", 1 / MIB), "both"),
+    _f("DCGM_FI_DEV_FB_FREE", 251, "gauge", "int", "MiB", "Framebuffer memory free (in MiB).",
+       _call("nvmlDeviceGetMemoryInfo", "nvmlMemory_v2", "free", 1 / MIB), "both"),
+    _f("DCGM_FI_DEV_FB_USED", 252, "gauge", "int", "MiB", "Framebuffer memory used (in MiB).",
+       _call("nvmlDeviceGetMemoryInfo", "nvmlMemory_v2", "used", 1 / MIB), "both"),
+    _f("DCGM_FI_DEV_FB_RESERVED", 253, "gauge", "int", "MiB",
+       "Framebuffer memory reserved (in MiB).",
+       _call("nvmlDeviceGetMemoryInfo", "nvmlMemory_v2", "reserved", 1 / MIB), "both"),
+    # --- ECC and retired pages
+    _f("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 310, "counter", "int", "count",
+       "Total number of single-bit volatile ECC errors.", _fv("NVML_FI_DEV_ECC_SBE_VOL_TOTAL")),
+    _f("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 311, "counter", "int", "count",
+       "Total number of double-bit volatile ECC errors.", _fv("NVML_FI_DEV_ECC_DBE_VOL_TOTAL")),
+    _f("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 312, "counter", "int", "count",
+       "Total number of single-bit persistent ECC errors.", _fv("NVML_FI_DEV_ECC_SBE_AGG_TOTAL")),
+    _f("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 313, "counter", "int", "count",
+       "Total number of double-bit persistent ECC errors.", _fv("NVML_FI_DEV_ECC_DBE_AGG_TOTAL")),
+    _f("DCGM_FI_DEV_RETIRED_SBE", 390, "counter", "int", "pages",
+       "Total number of retired pages due to single-bit errors.", _fv("NVML_FI_DEV_RETIRED_SBE")),
+    _f("DCGM_FI_DEV_RETIRED_DBE", 391, "counter", "int", "pages",
+       "Total number of retired pages due to double-bit errors.", _fv("NVML_FI_DEV_RETIRED_DBE")),
+    _f("DCGM_FI_DEV_RETIRED_PENDING", 392, "counter", "int", "pages",
+       "Total number of pages pending retirement.", _fv("NVML_FI_DEV_RETIRED_PENDING")),
+    # --- row remapping
+    _f("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 393, "counter", "int", "rows",
+       "Number of remapped rows for uncorrectable errors", _fv("NVML_FI_DEV_REMAPPED_UNC")),
+    _f("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 394, "counter", "int", "rows",
+       "Number of remapped rows for correctable errors", _fv("NVML_FI_DEV_REMAPPED_COR")),
+    _f("DCGM_FI_DEV_ROW_REMAP_FAILURE", 395, "gauge", "int", "bool",
+       "Whether remapping of rows has failed", _fv("NVML_FI_DEV_REMAPPED_FAILURE")),
+    # --- NVLink
+    _f("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 409, "counter", "int", "count",
+       "Total number of NVLink flow-control CRC errors.",
+       _fv("NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")),
+    _f("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", 419, "counter", "int", "count",
+       "Total number of NVLink data CRC errors.",
+       _fv("NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL")),
+    _f("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 429, "counter", "int", "count",
+       "Total number of NVLink retries.", _fv("NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL")),
+    _f("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", 439, "counter", "int", "count",
+       "Total number of NVLink recovery errors.",
+       _fv("NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")),
+    _f("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449, "counter", "int", "MB/s",
+       "Total number of NVLink bandwidth counters for all lanes.",
+       Source("rate", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
+              arg="NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", scale=1.024)),
+    # --- vGPU
+    _f("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526, "gauge", "int", "bool", "vGPU License status",
+       _call("nvmlDeviceGetGridLicensableFeatures")),
+    # --- profiling (DCP) through NVML GPM, Hopper and newer; per MIG instance too
+    _f("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 1001, "gauge", "float", "ratio",
+       "Ratio of time the graphics engine is active.",
+       _gpm("NVML_GPM_METRIC_GRAPHICS_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_SM_ACTIVE", 1002, "gauge", "float", "ratio",
+       "The ratio of cycles an SM has at least 1 warp assigned.",
+       _gpm("NVML_GPM_METRIC_SM_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_SM_OCCUPANCY", 1003, "gauge", "float", "ratio",
+       "The ratio of number of warps resident on an SM.",
+       _gpm("NVML_GPM_METRIC_SM_OCCUPANCY", _PCT), "both"),
+    _f("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1004, "gauge", "float", "ratio",
+       "Ratio of cycles the tensor (HMMA) pipe is active.",
+       _gpm("NVML_GPM_METRIC_ANY_TENSOR_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_DRAM_ACTIVE", 1005, "gauge", "float", "ratio",
+       "Ratio of cycles the device memory interface is active sending or receiving data.",
+       _gpm("NVML_GPM_METRIC_DRAM_BW_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_PIPE_FP64_ACTIVE", 1006, "gauge", "float", "ratio",
+       "Ratio of cycles the fp64 pipes are active.",
+       _gpm("NVML_GPM_METRIC_FP64_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_PIPE_FP32_ACTIVE", 1007, "gauge", "float", "ratio",
+       "Ratio of cycles the fp32 pipes are active.",
+       _gpm("NVML_GPM_METRIC_FP32_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_PIPE_FP16_ACTIVE", 1008, "gauge", "float", "ratio",
+       "Ratio of cycles the fp16 pipes are active.",
+       _gpm("NVML_GPM_METRIC_FP16_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_PCIE_TX_BYTES", 1009, "gauge", "int", "B/s",
+       "The rate of data transmitted over the PCIe bus - including both protocol headers and "
+       "data payloads - in bytes per second.",
+       _gpm("NVML_GPM_METRIC_PCIE_TX_PER_SEC", MIB), "both"),
+    _f("DCGM_FI_PROF_PCIE_RX_BYTES", 1010, "gauge", "int", "B/s",
+       "The rate of data received over the PCIe bus - including both protocol headers and "
+       "data payloads - in bytes per second.",
+       _gpm("NVML_GPM_METRIC_PCIE_RX_PER_SEC", MIB), "both"),
+    _f("DCGM_FI_PROF_NVLINK_TX_BYTES", 1011, "gauge", "int", "B/s",
+       "The rate of data transmitted over NVLink, not including protocol headers, in bytes "
+       "per second.", _gpm("NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", MIB), "both"),
+    _f("DCGM_FI_PROF_NVLINK_RX_BYTES", 1012, "gauge", "int", "B/s",
+       "The rate of data received over NVLink, not including protocol headers, in bytes per "
+       "second.", _gpm("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", MIB), "both"),
+    # --- computed by the exporter (dcgm-exporter's DCGM_EXP_* ids)
+    _f("DCGM_EXP_XID_ERRORS_COUNT", 9001, "counter", "int", "count",
+       "reported XIDs during last window", Source("exporter", "DCGM_FI_DEV_XID_ERRORS")),
+    _f("DCGM_EXP_CLOCK_EVENTS_COUNT", 9002, "counter", "int", "count",
+       "reported clock events", Source("exporter", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")),
+)
+
+# DCGM 4.6 renamed many macros; the old spelling is the metric name (reference/nvml.md §0.1).
+# A metric list may use either; the old one is what podgpu emits.
+ALIASES: Mapping[str, str] = MappingProxyType({
+    "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS": "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_GPU_TEMP_CELSIUS": "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_BOARD_POWER_WATTS": "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_BOARD_POWER_LIMIT_REQUESTED_WATTS": "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+    "DCGM_FI_DEV_GPU_PSTATE": "DCGM_FI_DEV_PSTATE",
+    "DCGM_FI_DEV_PCIE_REPLAY_TOTAL": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_GPU_UTIL_RATIO": "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_XID_ERROR": "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL": "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL": "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILED": "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL": "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_SM_UTIL_RATIO": "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY_RATIO": "DCGM_FI_PROF_SM_OCCUPANCY",
+    "DCGM_FI_PROF_TENSOR_UTIL_RATIO": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_UTIL_RATIO": "DCGM_FI_PROF_DRAM_ACTIVE",
+})
+
+BY_NAME: Mapping[str, Field] = MappingProxyType({f.name: f for f in CATALOG})
+BY_ID: Mapping[int, Field] = MappingProxyType({f.id: f for f in CATALOG})
+
+
+def lookup(name: str) -> Field | None:
+    """The catalog entry for a DCGM field name or its DCGM 4.6 alias; None if unknown."""
+    return BY_NAME.get(ALIASES.get(name, name))
+
+
+def closest(name: str, n: int = 3) -> list[str]:
+    """Known field names closest to `name`, for 'unknown field' messages."""
+    return difflib.get_close_matches(name, list(BY_NAME) + list(ALIASES), n=n, cutoff=0.5)

@@ -1,0 +1,15 @@
+"""Frozen data passed between stages: devices, samples, pods, snapshots. No I/O here."""
+
+from podgpu.model.device import Device, Sample
+from podgpu.model.pods import Allocation, ContainerRef, GpuProcess
+from podgpu.model.snapshot import Snapshot, StageResult
+
+__all__ = [
+    "Allocation",
+    "ContainerRef",
+    "Device",
+    "GpuProcess",
+    "Sample",
+    "Snapshot",
+    "StageResult",
+]

@@ -1,0 +1,65 @@
+"""Devices (GPUs and MIG instances) and one cycle's readings of them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+Value = int | float | str
+"""A field's value in DCGM's unit: int for DCGM_FT_INT64, float for DCGM_FT_DOUBLE, str for labels."""
+
+_EMPTY: Mapping[str, Value] = MappingProxyType({})
+_EMPTY_REASONS: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """Identity of one entity that gets its own series set: a whole GPU or one MIG GPU instance.
+
+    `uuid`, `index`, `device_name` and `model` are the parent GPU's, as dcgm-exporter labels MIG
+    series with the parent's identity plus GPU_I_PROFILE/GPU_I_ID.
+    """
+
+    index: int
+    """NVML index of the (parent) GPU: the `gpu` label."""
+    uuid: str
+    """GPU-<uuid> of the (parent) GPU: the `UUID` label."""
+    pci_bus_id: str
+    """Domain:bus:device.function as NVML prints it, e.g. 00000000:8D:00.0."""
+    device_name: str
+    """`nvidia<minor>`: the `device` label and the GKE device-plugin id."""
+    model: str
+    """Product name, e.g. 'NVIDIA H100 80GB HBM3': the `modelName` label."""
+    mig_profile: str | None = None
+    """MIG GPU-instance profile, e.g. '1g.10gb'; None for a whole GPU."""
+    mig_gi_id: int | None = None
+    """MIG GPU-instance id; None for a whole GPU."""
+    mig_uuid: str | None = None
+    """MIG-<uuid> of the instance, used to match kubelet device ids; None for a whole GPU."""
+
+    @property
+    def is_mig(self) -> bool:
+        return self.mig_gi_id is not None
+
+    @property
+    def key(self) -> str:
+        """Stable identity within a node: the MIG UUID for instances, the GPU UUID otherwise."""
+        if self.mig_uuid is not None:
+            return self.mig_uuid
+        if self.mig_gi_id is not None:
+            return f"{self.uuid}/gi{self.mig_gi_id}"
+        return self.uuid
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One device's readings in one cycle, keyed by DCGM field name, in DCGM's units.
+
+    A field the device cannot supply is absent from `values` (never a sentinel) and, when the
+    backend knows why, present in `missing` with a short reason such as 'not supported'.
+    """
+
+    device: Device
+    values: Mapping[str, Value] = field(default=_EMPTY)
+    missing: Mapping[str, str] = field(default=_EMPTY_REASONS)
