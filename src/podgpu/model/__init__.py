@@ -1,6 +1,6 @@
 """Frozen data passed between stages: devices, samples, pods, snapshots. No I/O here."""
 
-from podgpu.model.device import Device, Sample
+from podgpu.model.device import Device, LabeledValue, Sample
 from podgpu.model.pods import Allocation, ContainerRef, GpuProcess
 from podgpu.model.snapshot import Snapshot, StageResult
 
@@ -9,6 +9,7 @@ __all__ = [
     "ContainerRef",
     "Device",
     "GpuProcess",
+    "LabeledValue",
     "Sample",
     "Snapshot",
     "StageResult",

@@ -9,8 +9,14 @@ from types import MappingProxyType
 Value = int | float | str
 """A field's value in DCGM's unit: int for DCGM_FT_INT64, float for DCGM_FT_DOUBLE, str for labels."""
 
-_EMPTY: Mapping[str, Value] = MappingProxyType({})
-_EMPTY_REASONS: Mapping[str, str] = MappingProxyType({})
+
+
+def _empty_values() -> Mapping[str, Value]:
+    return MappingProxyType({})
+
+
+def _empty_reasons() -> Mapping[str, str]:
+    return MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,5 +67,16 @@ class Sample:
     """
 
     device: Device
-    values: Mapping[str, Value] = field(default=_EMPTY)
-    missing: Mapping[str, str] = field(default=_EMPTY_REASONS)
+    values: Mapping[str, Value] = field(default_factory=_empty_values)
+    missing: Mapping[str, str] = field(default_factory=_empty_reasons)
+    labeled: tuple[LabeledValue, ...] = ()
+    """Series with extra labels, e.g. DCGM_EXP_XID_ERRORS_COUNT{window_size_in_ms,xid}."""
+
+
+@dataclass(frozen=True, slots=True)
+class LabeledValue:
+    """One extra series of a field: its extra labels in output order, and its value."""
+
+    field: str
+    labels: tuple[tuple[str, str], ...]
+    value: int | float
