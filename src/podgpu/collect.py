@@ -38,7 +38,9 @@ class Collector:
         self._attributor = attributor
         self._want_processes = want_processes
         self._clock = clock
-        self._errors: Counter[str] = Counter()
+        self._errors: Counter[str] = Counter({backend.name: 0})
+        if attributor is not None:
+            self._errors["kubelet"] = 0
         self._cycle = 0
 
     def cycle(self) -> Snapshot:

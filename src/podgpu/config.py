@@ -1,0 +1,320 @@
+"""Frozen settings from flags, environment and defaults (flag > env > default), validated at start.
+
+Flags keep dcgm-exporter's spellings and environment variables where dcgm-exporter has them
+(reference/dcgm-exporter.md §2.1), so an existing DaemonSet's args and env keep working. A
+dcgm-exporter flag podgpu does not implement is accepted with a warning when ignoring it is
+harmless, and refused with a ConfigError when ignoring it would silently change what is exported or
+who may read it. No other module reads os.environ (STYLE rule 8).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from podgpu.errors import ConfigError
+
+DEFAULT_ADDRESS = ":9400"
+DEFAULT_COLLECT_INTERVAL_MS = 1000  # measured: bench/RESULTS.md "Choosing the default interval"
+DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_WINDOW_MS = 300_000
+MIN_COLLECT_INTERVAL_MS = 100
+
+
+def parse_bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if t in ("0", "false", "f", "no", "n", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything `podgpu serve` needs, validated. Durations in seconds unless named _ms."""
+
+    collectors: str | None = None
+    address: str = DEFAULT_ADDRESS
+    host: str | None = None
+    port: int = 9400
+    collect_interval_ms: int = DEFAULT_COLLECT_INTERVAL_MS
+    simulate: str | None = None
+    simulate_scenario: str | None = None
+    hostname: str = ""
+    hostname_label: str = "Hostname"
+    replace_blanks_in_model_name: bool = False
+    debug: bool = False
+    log_format: str = "text"
+    xid_count_window_ms: int = DEFAULT_WINDOW_MS
+    clock_events_count_window_ms: int = DEFAULT_WINDOW_MS
+    kubernetes: bool = False
+    pod_resources_kubelet_socket: str = DEFAULT_KUBELET_SOCKET
+    kubernetes_gpu_id_type: str = "uid"
+    nvidia_resource_names: tuple[str, ...] = ()
+    kubernetes_virtual_gpus: bool = False
+    kubernetes_enable_pod_uid: bool = False
+    kubernetes_enable_pod_labels: bool = False
+    kubernetes_pod_label_allowlist_regex: tuple[str, ...] = ()
+    proc_root: str = "/proc"
+    node_name: str = ""
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def collect_interval(self) -> float:
+        return self.collect_interval_ms / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One serve flag: its spellings, environment variable, default, parser and help."""
+
+    flags: tuple[str, ...]
+    dest: str
+    env: str
+    default: Any
+    help: str
+    parse: Callable[[str], Any] = str
+    is_bool: bool = False
+    metavar: str | None = None
+
+
+def _ms(text: str) -> int:
+    if not text.strip().lstrip("-").isdigit():
+        raise ValueError(f"expected milliseconds as an integer, got {text!r}")
+    return int(text)
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(("-f", "--collectors"), "collectors", "DCGM_EXPORTER_COLLECTORS", None,
+           "metric list in dcgm-exporter's CSV format (default: the embedded default list, "
+           "same active rows as dcgm-exporter's default-counters.csv)", metavar="FILE"),
+    Option(("-a", "--address"), "address", "DCGM_EXPORTER_LISTEN", DEFAULT_ADDRESS,
+           "listen address HOST:PORT; ':9400' listens on every interface, '[::1]:9400' for IPv6",
+           metavar="ADDR"),
+    Option(("-c", "--collect-interval"), "collect_interval_ms", "DCGM_EXPORTER_INTERVAL",
+           DEFAULT_COLLECT_INTERVAL_MS, "collection interval in milliseconds", _ms, metavar="MS"),
+    Option(("--simulate",), "simulate", "PODGPU_SIMULATE", None,
+           "simulate a GPU node instead of reading NVML: N or NxMODEL (H100, H200, A100, A10G)",
+           metavar="SPEC"),
+    Option(("--simulate-scenario",), "simulate_scenario", "PODGPU_SIMULATE_SCENARIO", None,
+           "JSON/YAML scenario of simulated pods and GPU processes (with --simulate)",
+           metavar="FILE"),
+    Option(("--hostname-label",), "hostname_label", "PODGPU_HOSTNAME_LABEL", "Hostname",
+           "name of the host label: 'Hostname' (dcgm-exporter <= 4.8.2) or 'hostname' (newer)",
+           metavar="NAME"),
+    Option(("-rbmn", "--replace-blanks-in-model-name"), "replace_blanks_in_model_name",
+           "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME", False,
+           "replace spaces in modelName with dashes", parse_bool, True),
+    Option(("--debug",), "debug", "DCGM_EXPORTER_DEBUG", False, "debug logging", parse_bool, True),
+    Option(("--log-format",), "log_format", "DCGM_EXPORTER_LOG_FORMAT", "text",
+           "log format: text or json", metavar="FMT"),
+    Option(("-x", "--xid-count-window-size"), "xid_count_window_ms",
+           "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", DEFAULT_WINDOW_MS,
+           "window of DCGM_EXP_XID_ERRORS_COUNT in milliseconds", _ms, metavar="MS"),
+    Option(("--clock-events-count-window-size",), "clock_events_count_window_ms",
+           "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", DEFAULT_WINDOW_MS,
+           "window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds", _ms, metavar="MS"),
+    Option(("-k", "--kubernetes"), "kubernetes", "DCGM_EXPORTER_KUBERNETES", False,
+           "attribute GPUs to pods through the kubelet PodResources API", parse_bool, True),
+    Option(("--pod-resources-kubelet-socket",), "pod_resources_kubelet_socket",
+           "DCGM_POD_RESOURCES_KUBELET_SOCKET", DEFAULT_KUBELET_SOCKET,
+           "kubelet PodResources socket", metavar="PATH"),
+    Option(("--kubernetes-gpu-id-type",), "kubernetes_gpu_id_type",
+           "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", "uid",
+           "how kubelet device ids name GPUs: uid (NVIDIA plugin) or device-name (GKE)",
+           metavar="TYPE"),
+    Option(("--nvidia-resource-names",), "nvidia_resource_names", "NVIDIA_RESOURCE_NAMES", (),
+           "extra extended-resource names that are NVIDIA GPUs, comma-separated", _csv,
+           metavar="NAMES"),
+    Option(("--kubernetes-virtual-gpus",), "kubernetes_virtual_gpus", "KUBERNETES_VIRTUAL_GPUS",
+           False, "shared GPUs: one device series per pod with a vgpu label (dcgm-exporter mode)",
+           parse_bool, True),
+    Option(("--kubernetes-enable-pod-uid",), "kubernetes_enable_pod_uid",
+           "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", False, "add a pod_uid label", parse_bool,
+           True),
+    Option(("--kubernetes-enable-pod-labels",), "kubernetes_enable_pod_labels",
+           "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", False,
+           "copy pod labels onto series (needs API access; mind cardinality)", parse_bool, True),
+    Option(("--kubernetes-pod-label-allowlist-regex",), "kubernetes_pod_label_allowlist_regex",
+           "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX", (),
+           "comma-separated regexes of pod label keys to copy", _csv, metavar="REGEXES"),
+    Option(("--proc-root",), "proc_root", "PODGPU_PROC_ROOT", "/proc",
+           "where the host's /proc is mounted (GPU process -> cgroup -> pod)", metavar="PATH"),
+)
+
+# dcgm-exporter flags podgpu does not implement. Ignored with a warning: podgpu's output is the
+# same or the flag was a no-op there too.
+IGNORED: Mapping[tuple[str, ...], tuple[str, str, bool]] = {
+    ("-n", "--no-hostname"): ("DCGM_EXPORTER_NO_HOSTNAME", "a no-op in dcgm-exporter 4.x too", True),
+    ("-r", "--remote-hostengine-info"): (
+        "DCGM_REMOTE_HOSTENGINE_INFO", "podgpu reads NVML directly; there is no host engine", False),
+    ("--enable-dcgm-log",): ("DCGM_EXPORTER_ENABLE_DCGM_LOG", "there is no DCGM library", True),
+    ("--dcgm-log-level",): ("DCGM_EXPORTER_DCGM_LOG_LEVEL", "there is no DCGM library", False),
+    ("--disable-startup-validate",): (
+        "DISABLE_STARTUP_VALIDATE", "podgpu does not need libdcgm", True),
+    ("-s", "--switch-devices"): (
+        "DCGM_EXPORTER_OTHER_DEVICES_STR", "podgpu exports no NVSwitch series", False),
+    ("-p", "--cpu-devices"): ("DCGM_EXPORTER_CPU_DEVICES_STR", "podgpu exports no CPU series", False),
+    ("--dump-enabled",): ("DCGM_EXPORTER_DUMP_ENABLED", "debug dumps are not implemented", True),
+    ("--dump-directory",): ("DCGM_EXPORTER_DUMP_DIRECTORY", "debug dumps are not implemented", False),
+    ("--dump-retention",): ("DCGM_EXPORTER_DUMP_RETENTION", "debug dumps are not implemented", False),
+    ("--dump-compression",): (
+        "DCGM_EXPORTER_DUMP_COMPRESSION", "debug dumps are not implemented", True),
+    ("--enable-gpu-bind-unbind-watch",): (
+        "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH", "podgpu re-discovers lost GPUs by itself",
+        True),
+    ("--gpu-bind-unbind-poll-interval",): (
+        "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL", "podgpu re-discovers lost GPUs by itself",
+        False),
+    ("--enable-pprof",): ("DCGM_EXPORTER_ENABLE_PPROF", "there is no Go profiler", True),
+}
+
+# Refused: ignoring these would change what is exported, or who may read it, without notice.
+REFUSED: Mapping[tuple[str, ...], tuple[str, str, bool]] = {
+    ("-o", "--use-old-namespace"): (
+        "DCGM_EXPORTER_USE_OLD_NAMESPACE", "1.x label names are not produced", True),
+    ("-m", "--configmap-data"): (
+        "DCGM_EXPORTER_CONFIGMAP_DATA",
+        "reading the metric list from a ConfigMap is not supported; mount it and pass -f FILE",
+        False),
+    ("--web-config-file",): (
+        "DCGM_EXPORTER_WEB_CONFIG_FILE",
+        "TLS and basic auth are not implemented yet; ignoring them would serve metrics in clear "
+        "text without authentication", False),
+    ("--web-systemd-socket",): (
+        "DCGM_EXPORTER_SYSTEMD_SOCKET", "systemd socket activation is not supported", True),
+    ("--hpc-job-mapping-dir",): (
+        "DCGM_HPC_JOB_MAPPING_DIR", "the hpc_job label is not produced", False),
+    ("--kubernetes-enable-dra",): (
+        "KUBERNETES_ENABLE_DRA", "DRA attribution is not supported yet", True),
+    ("--fake-gpus",): ("DCGM_EXPORTER_USE_FAKE_GPUS", "use --simulate N instead", True),
+    ("-d", "--devices"): (
+        "DCGM_EXPORTER_DEVICES_STR",
+        "only the default 'f' (every GPU, or its MIG instances) is supported", False),
+}
+# Values of refused options that mean "off", so they are accepted silently.
+_OFF_VALUES = {"--configmap-data": {"none", ""}, "--devices": {"f", ""}, "--web-config-file": {""},
+               "--hpc-job-mapping-dir": {""}}
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register every serve flag. Defaults are None so env and defaults can be applied later."""
+    for opt in OPTIONS:
+        shown = opt.default if opt.default not in (None, ()) else "none"
+        env_help = f" [env {opt.env}; default {shown}]"
+        if opt.is_bool:
+            parser.add_argument(*opt.flags, dest=opt.dest, nargs="?", const="true", default=None,
+                                metavar="BOOL", help=opt.help + env_help)
+        else:
+            parser.add_argument(*opt.flags, dest=opt.dest, default=None, metavar=opt.metavar,
+                                help=opt.help + env_help)
+    for table in (IGNORED, REFUSED):
+        for flags, (_env, _why, is_bool) in table.items():
+            dest = "compat_" + flags[-1].lstrip("-").replace("-", "_")
+            if is_bool:
+                parser.add_argument(*flags, dest=dest, nargs="?", const="true", default=None,
+                                    help=argparse.SUPPRESS)
+            else:
+                parser.add_argument(*flags, dest=dest, default=None, help=argparse.SUPPRESS)
+
+
+def _parse_address(address: str) -> tuple[str | None, int]:
+    m = re.fullmatch(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})",
+                     address.strip())
+    if not m or int(m["port"]) > 65535:
+        raise ConfigError(
+            f"--address {address!r}: expected HOST:PORT, :PORT or [IPv6]:PORT, e.g. :9400")
+    host = m["v6"] if m["v6"] is not None else (m["host"] or None)
+    return host, int(m["port"])
+
+
+def settings_from(
+    ns: argparse.Namespace, env: Mapping[str, str] | None = None
+) -> Settings:
+    """Merge parsed flags with the environment and defaults; validate everything."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    for opt in OPTIONS:
+        raw = getattr(ns, opt.dest, None)
+        source = f"{opt.flags[-1]}"
+        if raw is None and env.get(opt.env) not in (None, ""):
+            raw, source = env[opt.env], f"environment variable {opt.env}"
+        if raw is None:
+            values[opt.dest] = opt.default
+            continue
+        try:
+            values[opt.dest] = parse_bool(raw) if opt.is_bool else opt.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+    for table, refuse in ((IGNORED, False), (REFUSED, True)):
+        for flags, (env_name, why, is_bool) in table.items():
+            dest = "compat_" + flags[-1].lstrip("-").replace("-", "_")
+            raw = getattr(ns, dest, None)
+            where = flags[-1]
+            if raw is None and env.get(env_name) not in (None, ""):
+                raw, where = env[env_name], f"environment variable {env_name}"
+            if raw is None:
+                continue
+            if is_bool:
+                try:
+                    if not parse_bool(raw):
+                        continue
+                except ValueError as exc:
+                    raise ConfigError(f"{where}: {exc}") from None
+            elif raw.strip().lower() in _OFF_VALUES.get(flags[-1], set()):
+                continue
+            if refuse:
+                raise ConfigError(f"{where} is a dcgm-exporter option podgpu does not support: "
+                                  f"{why}")
+            warnings.append(f"ignoring dcgm-exporter option {where}: {why}")
+
+    interval = values["collect_interval_ms"]
+    if interval < MIN_COLLECT_INTERVAL_MS:
+        raise ConfigError(
+            f"--collect-interval {interval}: must be at least {MIN_COLLECT_INTERVAL_MS} ms "
+            "(the unit is milliseconds; NVML profiling needs samples >= 100 ms apart)")
+    for dest, flag in (("xid_count_window_ms", "--xid-count-window-size"),
+                       ("clock_events_count_window_ms", "--clock-events-count-window-size")):
+        if values[dest] < 1:
+            raise ConfigError(f"{flag} {values[dest]}: must be a positive number of milliseconds")
+    if values["hostname_label"] not in ("Hostname", "hostname"):
+        raise ConfigError(
+            f"--hostname-label {values['hostname_label']!r}: use Hostname or hostname")
+    if values["log_format"] not in ("text", "json"):
+        raise ConfigError(f"--log-format {values['log_format']!r}: use text or json")
+    if values["kubernetes_gpu_id_type"] not in ("uid", "device-name"):
+        raise ConfigError(
+            f"--kubernetes-gpu-id-type {values['kubernetes_gpu_id_type']!r}: use uid or "
+            "device-name")
+    for rx in values["kubernetes_pod_label_allowlist_regex"]:
+        try:
+            re.compile(rx)
+        except re.error as exc:
+            raise ConfigError(
+                f"--kubernetes-pod-label-allowlist-regex {rx!r}: not a valid regex: {exc}"
+            ) from None
+    if values["simulate_scenario"] and not values["simulate"]:
+        raise ConfigError("--simulate-scenario needs --simulate N")
+    host, port = _parse_address(values["address"])
+    node_name = env.get("NODE_NAME", "") or socket.gethostname()
+    return Settings(host=host, port=port, node_name=node_name, hostname=node_name,
+                    warnings=tuple(warnings), **values)
+
+
+def parse_serve_args(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
+    """Convenience for tests: parse `podgpu serve` arguments into Settings."""
+    parser = argparse.ArgumentParser(prog="podgpu serve")
+    add_serve_arguments(parser)
+    return settings_from(parser.parse_args(list(argv)), env)

@@ -1,0 +1,1 @@
+"""HTTP: /metrics (pre-rendered bytes), /health (real state), / (landing page)."""

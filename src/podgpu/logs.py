@@ -1,0 +1,50 @@
+"""Logging set-up (text or JSON lines on stderr) and log-once for recurring conditions."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+
+_MAX_ONCE_KEYS = 4096
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def configure(*, debug: bool = False, fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+_seen: set[str] = set()
+_seen_lock = threading.Lock()
+
+
+def log_once(logger: logging.Logger, level: int, key: str, msg: str, *args: object) -> None:
+    """Log `msg` the first time `key` is seen; the key set is bounded (STYLE rule 11)."""
+    with _seen_lock:
+        if key in _seen or len(_seen) >= _MAX_ONCE_KEYS:
+            return
+        _seen.add(key)
+    logger.log(level, msg, *args)

@@ -1,0 +1,1 @@
+"""Consumers of snapshots: Prometheus exposition, CloudWatch EMF, live page. Pure functions."""

@@ -1,0 +1,86 @@
+"""podgpu's per-pod families: who holds each device, and what each container uses on it.
+
+`podgpu_gpu_allocation` is 1 per (device, container) in every case, so
+`DCGM_FI_DEV_GPU_UTIL * on(UUID) group_left(pod, namespace) podgpu_gpu_allocation` answers "how
+busy is the GPU my pod holds" on shared GPUs too, without duplicating device series (which would
+make sums over pods over-count). Per-container usage comes from per-process data, summed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from podgpu.model import ContainerRef, Device, Snapshot
+from podgpu.sinks.prometheus.labels import (
+    LabelOptions,
+    container_pairs,
+    holders_by_device,
+    short_identity_pairs,
+)
+from podgpu.sinks.prometheus.text import family_header, format_seconds, label_pairs
+
+ALLOCATION = "podgpu_gpu_allocation"
+MEMORY = "podgpu_pod_gpu_memory_used_bytes"
+UTIL = "podgpu_pod_gpu_utilization_ratio"
+
+
+def _ordered(ident: tuple[tuple[str, str], ...], attrs: tuple[tuple[str, str], ...]) -> str:
+    # gpu, UUID, [GPU_I_ID], Hostname, pod, namespace, container, [pod_uid], [vgpu]
+    order = {"pod": 0, "namespace": 1, "container": 2, "pod_uid": 3, "vgpu": 4}
+    return label_pairs(ident + tuple(sorted(attrs, key=lambda kv: order.get(kv[0], 9))))
+
+
+def render_pod_families(snapshot: Snapshot, opts: LabelOptions) -> str:
+    devices: dict[str, Device] = {s.device.key: s.device for s in snapshot.samples}
+    out: list[str] = []
+
+    alloc_lines = []
+    for key, allocs in holders_by_device(snapshot.allocations).items():
+        dev = devices.get(key)
+        if dev is None:
+            continue
+        ident = short_identity_pairs(dev, opts)
+        done: set[tuple[str, str, str, str]] = set()
+        for a in allocs:
+            ref = a.container
+            hk = (ref.namespace, ref.pod, ref.container, ref.pod_uid)
+            if hk in done:
+                continue
+            done.add(hk)
+            attrs = container_pairs(ref, opts)
+            if a.replica is not None:
+                attrs = (*attrs, ("vgpu", str(a.replica)))
+            alloc_lines.append(f"{ALLOCATION}{{{_ordered(ident, attrs)}}} 1\n")
+    if alloc_lines:
+        out.append(family_header(
+            ALLOCATION, "1 for each container holding a GPU or MIG instance (kubelet PodResources).",
+            "gauge"))
+        out.extend(alloc_lines)
+
+    mem: dict[tuple[str, ContainerRef], int] = defaultdict(int)
+    util: dict[tuple[str, ContainerRef], float] = defaultdict(float)
+    for p in snapshot.processes:
+        if p.container is None or p.device_key not in devices:
+            continue
+        k = (p.device_key, _strip_labels(p.container))
+        if p.used_memory_bytes is not None:
+            mem[k] += p.used_memory_bytes
+        if p.sm_util_percent is not None:
+            util[k] += p.sm_util_percent / 100.0
+    for name, help_text, table in (
+        (MEMORY, "GPU memory used by the container's processes on this device (bytes).", mem),
+        (UTIL, "Sum of the container's per-process SM utilization on this device (0..1).", util),
+    ):
+        if not table:
+            continue
+        out.append(family_header(name, help_text, "gauge"))
+        for (key, ref), value in sorted(table.items(), key=lambda kv: (kv[0][0], kv[0][1].pod)):
+            ident = short_identity_pairs(devices[key], opts)
+            attrs = container_pairs(ref, opts)
+            text = str(value) if isinstance(value, int) else format_seconds(min(value, 1.0))
+            out.append(f"{name}{{{_ordered(ident, attrs)}}} {text}\n")
+    return "".join(out)
+
+
+def _strip_labels(ref: ContainerRef) -> ContainerRef:
+    return ContainerRef(ref.namespace, ref.pod, ref.container, ref.pod_uid)

@@ -1,0 +1,42 @@
+"""Text-format primitives: escaping and value formatting (Prometheus text format 0.0.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from podgpu.model.device import Value
+
+
+def escape_label_value(value: str) -> str:
+    """Escape `\\`, `"` and newline, the three characters the text format requires."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return value
+
+
+def escape_help(text: str) -> str:
+    """HELP lines escape only `\\` and newline (double quotes stay as they are)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def label_pairs(pairs: Iterable[tuple[str, str]]) -> str:
+    """`k1="v1",k2="v2"` in the given order, values escaped."""
+    return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs)
+
+
+def format_value(value: Value, value_type: str) -> str:
+    """dcgm-exporter's formatting: integers as `%d`, doubles as `%f` (six decimals)."""
+    if value_type == "int":
+        return "%d" % value  # noqa: UP031 - printf semantics are the contract here
+    if isinstance(value, float) and value != value:  # NaN never reaches the wire
+        raise ValueError("NaN value")
+    return "%f" % value  # noqa: UP031
+
+
+def family_header(name: str, help_text: str, prom_type: str) -> str:
+    return f"# HELP {name} {escape_help(help_text)}\n# TYPE {name} {prom_type}\n"
+
+
+def format_seconds(value: float) -> str:
+    """podgpu's own float metrics: shortest round-trip repr, as client libraries print them."""
+    return repr(float(value))
