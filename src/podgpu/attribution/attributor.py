@@ -1,0 +1,184 @@
+"""`KubeletAttributor`: the kubelet, cgroups and pod watch joined into one `Attributor`, and the
+`build_attributor` factory the CLI calls.
+
+`attribute` reads only state the background threads keep (the last `List` answer, the pod index)
+plus `/proc/<pid>/cgroup` for the few GPU processes, and never raises: any bug in the join is
+caught, counted under source 'attribution' and answered with the processes unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from podgpu.attribution.base import Attribution, Attributor
+from podgpu.attribution.cgroups import DEFAULT_PROC_ROOT, CgroupReader
+from podgpu.attribution.deviceids import GPU_ID_TYPES, DeviceIndex, GpuIdType, index_for
+from podgpu.attribution.enrich import (
+    EnrichOptions,
+    allocations,
+    compile_allowlist,
+    resolve_processes,
+)
+from podgpu.attribution.kubelet import DEFAULT_SOCKET, PodResourcesClient
+from podgpu.attribution.podwatch import PodIndex, PodWatcher
+from podgpu.errors import ConfigError
+from podgpu.model import Allocation, Device, GpuProcess
+
+if TYPE_CHECKING:
+    from podgpu.backends.scenario import Scenario
+
+log = logging.getLogger(__name__)
+
+_MAX_LOGGED_UNMATCHED = 256
+
+
+class KubeletAttributor:
+    """Allocations from kubelet PodResources; processes resolved via cgroups and the pod watch.
+
+    `pod_watcher=None` means no API access was wanted; processes then carry `pod_uid` only.
+    """
+
+    def __init__(
+        self,
+        kubelet: PodResourcesClient,
+        *,
+        id_type: GpuIdType = "uid",
+        options: EnrichOptions | None = None,
+        cgroups: CgroupReader | None = None,
+        pod_watcher: PodWatcher | None = None,
+    ) -> None:
+        self._kubelet = kubelet
+        self._id_type = id_type
+        self._opts = options or EnrichOptions()
+        self._cgroups = cgroups or CgroupReader()
+        self._watcher = pod_watcher
+        self._index_cache: dict[tuple[Device, ...], DeviceIndex] = {}
+        self._reported: dict[str, int] = {"kubelet": 0, "cgroups": 0, "podwatch": 0}
+        self._logged_unmatched: set[str] = set()
+
+    def start(self) -> None:
+        # Each start waits at most ~1 s for its first answer, so the first snapshot is attributed.
+        self._kubelet.start()
+        if self._watcher is not None:
+            self._watcher.start()
+
+    def close(self) -> None:
+        self._kubelet.close()
+        if self._watcher is not None:
+            self._watcher.close()
+
+    def attribute(
+        self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]
+    ) -> Attribution:
+        try:
+            return self._attribute(devices, processes)
+        except Exception as exc:  # a bug here must not cost the cycle its GPU series
+            log.exception("attribution failed")
+            return Attribution(
+                processes=processes,
+                status=f"unavailable: {type(exc).__name__}: {exc}",
+                errors=(("attribution", 1),),
+            )
+
+    def _attribute(
+        self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]
+    ) -> Attribution:
+        state = self._kubelet.state
+        pods = self._watcher.index if self._watcher is not None else PodIndex()
+        allocs: tuple[Allocation, ...] = ()
+        if state.ok:
+            index = index_for(devices, self._id_type, self._index_cache)
+            allocs, unmatched = allocations(state.entries, index, pods, self._opts)
+            for u in unmatched:
+                if u.device_id in self._logged_unmatched:
+                    continue
+                if len(self._logged_unmatched) < _MAX_LOGGED_UNMATCHED:
+                    self._logged_unmatched.add(u.device_id)
+                    log.warning("device id %r (%s) of pod %s/%s matches no device: %s",
+                                u.device_id, u.resource, u.namespace, u.pod, u.why)
+        pids = [p.pid for p in processes if p.container is None]
+        identities = self._cgroups.resolve(pids) if pids else {}
+        resolved = resolve_processes(processes, identities, pods, self._opts)
+        return Attribution(
+            allocations=allocs,
+            processes=resolved,
+            status="ok" if state.ok else f"unavailable: {state.reason}",
+            errors=self._new_errors(state.errors),
+        )
+
+    def _new_errors(self, kubelet_errors: int) -> tuple[tuple[str, int], ...]:
+        totals = {
+            "kubelet": kubelet_errors,
+            "cgroups": self._cgroups.errors,
+            "podwatch": self._watcher.errors if self._watcher is not None else 0,
+        }
+        out: list[tuple[str, int]] = []
+        for source, total in totals.items():
+            delta = total - self._reported[source]
+            if delta > 0:
+                out.append((source, delta))
+                self._reported[source] = total
+        return tuple(out)
+
+
+def build_attributor(
+    *,
+    kubernetes: bool,
+    pod_resources_kubelet_socket: str = DEFAULT_SOCKET,
+    kubernetes_gpu_id_type: str = "uid",
+    nvidia_resource_names: str | Iterable[str] = (),
+    kubernetes_enable_pod_uid: bool = False,
+    kubernetes_enable_pod_labels: bool = False,
+    kubernetes_pod_label_allowlist_regex: str | Iterable[str] | None = None,
+    proc_root: str = DEFAULT_PROC_ROOT,
+    node_name: str | None = None,
+    poll_interval_seconds: float = 1.0,
+    scenario: Scenario | None = None,
+    kube_api_configuration: Any = None,
+) -> Attributor | None:
+    """The attributor the flags ask for, or None (no `-k`, no simulated scenario).
+
+    `-k` wins over a scenario: with `--simulate N -k` devices are simulated but allocations come
+    from the kubelet socket (the issue-4 end-to-end set-up), and the scenario's processes, which
+    arrive with their containers set, pass through unchanged. Without `-k`, a `Scenario`
+    (podgpu.backends.scenario) gives a `SimulatedAttributor`. Raises ConfigError on bad values.
+    `kube_api_configuration` (a kubernetes.client.Configuration) is for tests; None means
+    in-cluster config.
+    """
+    names = (
+        nvidia_resource_names.split(",")
+        if isinstance(nvidia_resource_names, str)
+        else list(nvidia_resource_names)
+    )
+    options = EnrichOptions(
+        extra_resources=frozenset(n.strip() for n in names if n.strip()),
+        enable_pod_uid=kubernetes_enable_pod_uid,
+        enable_pod_labels=kubernetes_enable_pod_labels,
+        label_allowlist=compile_allowlist(kubernetes_pod_label_allowlist_regex),
+    )
+    if not kubernetes:
+        if scenario is None:
+            return None
+        from podgpu.backends.scenario import SimulatedAttributor
+
+        return SimulatedAttributor(scenario, options)
+    if kubernetes_gpu_id_type not in GPU_ID_TYPES:
+        raise ConfigError(
+            f"--kubernetes-gpu-id-type {kubernetes_gpu_id_type!r}: expected uid or device-name"
+        )
+    id_type: GpuIdType = "uid" if kubernetes_gpu_id_type == "uid" else "device-name"
+    if not pod_resources_kubelet_socket:
+        raise ConfigError("--pod-resources-kubelet-socket must not be empty")
+    if poll_interval_seconds <= 0:
+        raise ConfigError(f"kubelet poll interval must be > 0 s, got {poll_interval_seconds}")
+    return KubeletAttributor(
+        PodResourcesClient(
+            pod_resources_kubelet_socket, poll_interval_seconds=poll_interval_seconds
+        ),
+        id_type=id_type,
+        options=options,
+        cgroups=CgroupReader(proc_root),
+        pod_watcher=PodWatcher(node_name, configuration=kube_api_configuration),
+    )

@@ -1,0 +1,177 @@
+"""The pure join: kubelet entries + devices + pod index + cgroup identities -> allocations and
+processes with containers. No I/O, no logging, no clocks: every input is a value.
+
+Shared-GPU semantics (issue 4): one `Allocation` per (device, container, device id), never a
+winner per device. A GPU time-sliced between two pods gives two allocations with `replica` set;
+a container holding two replicas of one GPU gives two allocations (same container, different
+`device_id`). Output is sorted, because the kubelet's ordering is not stable between calls
+(dcgm-exporter PR #432) and labels must not flip between cycles.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from podgpu.attribution.cgroups import CgroupIdentity
+from podgpu.attribution.deviceids import DeviceIndex, is_gpu_resource, parse_device_id
+from podgpu.attribution.kubelet import ContainerDevices
+from podgpu.attribution.podwatch import PodIndex, PodInfo
+from podgpu.errors import ConfigError
+from podgpu.model import Allocation, ContainerRef, GpuProcess
+
+_LABEL_BAD = re.compile(r"[^a-zA-Z0-9_]")
+
+
+@dataclass(frozen=True, slots=True)
+class EnrichOptions:
+    """What to copy from the pod onto `ContainerRef`s.
+
+    `pod_uid` goes on allocations only with `enable_pod_uid` (dcgm-exporter's flag); on processes
+    it is always set, because it is what identifies them (dcgm-exporter does the same on its
+    per-process series). Pod labels, keys sanitised to [a-zA-Z0-9_], only with
+    `enable_pod_labels`, filtered by `label_allowlist` (any pattern matching anywhere in the key;
+    empty = all labels).
+    """
+
+    extra_resources: frozenset[str] = frozenset()
+    enable_pod_uid: bool = False
+    enable_pod_labels: bool = False
+    label_allowlist: tuple[re.Pattern[str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unmatched:
+    """A GPU device id the kubelet listed that names no device here, with why (for one log)."""
+
+    device_id: str
+    resource: str
+    namespace: str
+    pod: str
+    why: str
+
+
+def compile_allowlist(text: str | Iterable[str] | None) -> tuple[re.Pattern[str], ...]:
+    """`--kubernetes-pod-label-allowlist-regex`: comma-separated regexes -> compiled patterns.
+
+    Raises ConfigError naming the bad pattern (dcgm-exporter skips it with a warning; podgpu
+    refuses to start, STYLE rule 8)."""
+    if text is None:
+        return ()
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out: list[re.Pattern[str]] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        try:
+            out.append(re.compile(item))
+        except re.error as exc:
+            raise ConfigError(
+                f"--kubernetes-pod-label-allowlist-regex: bad regex {item!r}: {exc}"
+            ) from exc
+    return tuple(out)
+
+
+def sanitize_label_name(key: str) -> str:
+    """A pod label key as a Prometheus label name.
+
+    `app.kubernetes.io/name` -> `app_kubernetes_io_name`, as dcgm-exporter's SanitizeLabelName."""
+    name = _LABEL_BAD.sub("_", key)
+    return f"_{name}" if name[:1].isdigit() else name
+
+
+def pod_labels(pod: PodInfo, opts: EnrichOptions) -> tuple[tuple[str, str], ...]:
+    return filter_labels(pod.labels, opts)
+
+
+def filter_labels(
+    labels: Iterable[tuple[str, str]], opts: EnrichOptions
+) -> tuple[tuple[str, str], ...]:
+    """Pod labels as they go on series: none unless enabled, allow-listed, keys sanitised."""
+    if not opts.enable_pod_labels:
+        return ()
+    out: dict[str, str] = {}
+    for key, value in labels:
+        if opts.label_allowlist and not any(p.search(key) for p in opts.label_allowlist):
+            continue
+        out.setdefault(sanitize_label_name(key), value)
+    return tuple(sorted(out.items()))
+
+
+def allocations(
+    entries: Iterable[ContainerDevices],
+    devices: DeviceIndex,
+    pods: PodIndex,
+    opts: EnrichOptions,
+) -> tuple[tuple[Allocation, ...], tuple[Unmatched, ...]]:
+    """Allocations of this node's devices, and the GPU device ids that matched nothing."""
+    seen: dict[tuple[str, str, str, str, str], Allocation] = {}
+    unmatched: list[Unmatched] = []
+    for e in entries:
+        if not is_gpu_resource(e.resource, opts.extra_resources):
+            continue
+        pod = pods.by_name.get((e.namespace, e.pod))
+        ref = ContainerRef(
+            namespace=e.namespace,
+            pod=e.pod,
+            container=e.container,
+            pod_uid=pod.uid if pod is not None and opts.enable_pod_uid else "",
+            pod_labels=pod_labels(pod, opts) if pod is not None else (),
+        )
+        for raw in e.device_ids:
+            parsed = parse_device_id(raw)
+            dev = devices.match(parsed) if parsed is not None else None
+            if parsed is None or dev is None:
+                why = "unknown device id form" if parsed is None else devices.why_unmatched(parsed)
+                unmatched.append(Unmatched(raw, e.resource, e.namespace, e.pod, why))
+                continue
+            key = (dev.key, e.namespace, e.pod, e.container, raw)
+            seen.setdefault(key, Allocation(dev.key, ref, e.resource, raw, parsed.replica))
+    return tuple(seen[k] for k in sorted(seen)), tuple(unmatched)
+
+
+def resolve_processes(
+    processes: Iterable[GpuProcess],
+    identities: Mapping[int, CgroupIdentity],
+    pods: PodIndex,
+    opts: EnrichOptions,
+) -> tuple[GpuProcess, ...]:
+    """`processes` with `container` and `container_id` filled from their cgroups and the pod index.
+
+    A process whose container is already set (the simulated backend) keeps it, with `opts`
+    applied. A process
+    in a pod the index does not know (no API access, or a pod not yet seen) gets a `ContainerRef`
+    with only `pod_uid`. A process outside any pod keeps `container=None`.
+    """
+    out: list[GpuProcess] = []
+    for p in processes:
+        if p.container is not None:  # already known (simulated backend): only apply opts
+            out.append(replace(p, container=shape_ref(p.container, opts, process=True)))
+            continue
+        ident = identities.get(p.pid)
+        if ident is None:
+            out.append(p)
+            continue
+        pod = pods.by_uid.get(ident.pod_uid)
+        if pod is None:
+            ref = ContainerRef(namespace="", pod="", container="", pod_uid=ident.pod_uid)
+        else:
+            ref = ContainerRef(
+                namespace=pod.namespace,
+                pod=pod.name,
+                container=pod.container_name(ident.container_id) if ident.container_id else "",
+                pod_uid=pod.uid,
+                pod_labels=pod_labels(pod, opts),
+            )
+        out.append(replace(p, container=ref, container_id=ident.container_id))
+    return tuple(out)
+
+
+def shape_ref(ref: ContainerRef, opts: EnrichOptions, *, process: bool) -> ContainerRef:
+    """Apply `opts` to a ref made elsewhere (the simulated scenario carries every fact)."""
+    return replace(
+        ref,
+        pod_uid=ref.pod_uid if process or opts.enable_pod_uid else "",
+        pod_labels=filter_labels(ref.pod_labels, opts),
+    )

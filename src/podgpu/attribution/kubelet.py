@@ -1,0 +1,202 @@
+"""The kubelet PodResources v1 `List` client: the one module that talks gRPC (STYLE rule 3).
+
+One persistent channel on the kubelet's unix socket, polled on a background thread at the collect
+interval, so a scrape or a collect cycle never waits on the kubelet (dcgm-exporter dials a new
+connection and calls `List` per entity group per scrape, sharing the kubelet's 100 QPS budget).
+The latest answer is kept as frozen `ContainerDevices` tuples; gRPC objects never leave here.
+
+On failure the client drops the last answer (stale pod labels are worse than none), reports
+`unavailable: <why>`, counts the error, closes the channel and retries with exponential backoff
+from the poll interval up to `max_backoff_seconds`, so a kubelet restart (socket removed and
+re-created) is picked up without waiting on gRPC's own reconnect backoff (up to 120 s).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+MAX_RECEIVE_BYTES = 16 * 1024 * 1024
+"""Kubelet's own client limit (defaultPodResourcesMaxSize); gRPC's 4 MiB default is too small
+for a large node."""
+LIST_TIMEOUT_SECONDS = 10.0
+"""Kubelet's defaultPodResourcesTimeout and dcgm-exporter's List timeout."""
+DEFAULT_MAX_BACKOFF_SECONDS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerDevices:
+    """One `ContainerDevices` entry of one container of one pod, as the kubelet listed it."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodResourcesState:
+    """The client's latest view: entries from the last good `List`, or why there is none.
+
+    `ok` is False until the first answer and after any failure; `errors` is cumulative.
+    """
+
+    ok: bool
+    entries: tuple[ContainerDevices, ...] = ()
+    reason: str = "no answer from the kubelet yet"
+    errors: int = 0
+    fetched_at: float = 0.0
+
+
+def flatten(response: Any) -> tuple[ContainerDevices, ...]:
+    """A `ListPodResourcesResponse` message -> frozen entries (all resources, all containers).
+
+    Init containers listed by the kubelet (restartable sidecars) are included like any other.
+    """
+    out: list[ContainerDevices] = []
+    for pod in response.pod_resources:
+        for c in pod.containers:
+            for dev in c.devices:
+                out.append(
+                    ContainerDevices(
+                        namespace=pod.namespace,
+                        pod=pod.name,
+                        container=c.name,
+                        resource=dev.resource_name,
+                        device_ids=tuple(dev.device_ids),
+                    )
+                )
+    return tuple(out)
+
+
+class PodResourcesClient:
+    """Polls `List` on `socket_path` every `poll_interval_seconds` on a daemon thread."""
+
+    def __init__(
+        self,
+        socket_path: str = DEFAULT_SOCKET,
+        *,
+        poll_interval_seconds: float = 1.0,
+        max_backoff_seconds: float = DEFAULT_MAX_BACKOFF_SECONDS,
+        timeout_seconds: float = LIST_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._socket = socket_path
+        self._interval = max(0.05, poll_interval_seconds)
+        self._max_backoff = max(self._interval, max_backoff_seconds)
+        self._timeout = timeout_seconds
+        self._clock = clock
+        self._state = PodResourcesState(ok=False)
+        self._first = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._channel: Any = None
+        self._list: Any = None
+        self._logged_down = False
+
+    @property
+    def state(self) -> PodResourcesState:
+        """The latest state; a plain attribute read, safe from any thread."""
+        return self._state
+
+    def start(self, wait_seconds: float = 1.0) -> None:
+        """Start polling; wait up to `wait_seconds` for the first answer so the first snapshot
+        is attributed when the kubelet is there. Never raises."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="podgpu-kubelet", daemon=True)
+        self._thread.start()
+        self._first.wait(wait_seconds)
+
+    def close(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout)
+        self._close_channel()
+
+    def poll_once(self) -> PodResourcesState:
+        """One `List` call on the caller's thread; updates and returns the state."""
+        errors = self._state.errors
+        try:
+            entries = self._call_list()
+        except Exception as exc:  # translated here, at the one gRPC boundary
+            self._close_channel()
+            why = _describe(exc, self._socket)
+            if not self._logged_down:
+                log.warning("kubelet PodResources unavailable: %s; GPU series continue without "
+                            "pod labels and retry with backoff", why)
+                self._logged_down = True
+            self._state = PodResourcesState(ok=False, reason=why, errors=errors + 1)
+        else:
+            if self._logged_down:
+                log.info("kubelet PodResources available again on %s", self._socket)
+                self._logged_down = False
+            self._state = PodResourcesState(
+                ok=True, entries=entries, reason="", errors=errors, fetched_at=self._clock()
+            )
+        self._first.set()
+        return self._state
+
+    def _run(self) -> None:
+        backoff = self._interval
+        while not self._stop.is_set():
+            if self.poll_once().ok:
+                backoff = wait = self._interval
+            else:  # interval, 2x, 4x ... up to max_backoff_seconds
+                wait, backoff = backoff, min(self._max_backoff, backoff * 2)
+            self._stop.wait(wait)
+
+    def _call_list(self) -> tuple[ContainerDevices, ...]:
+        if self._list is None:
+            # Heavy and untyped: imported only here, where they are used (DESIGN.md).
+            grpc: Any = importlib.import_module("grpc")
+            pb: Any = importlib.import_module("podgpu.attribution.podresources_pb2")
+            pb_grpc: Any = importlib.import_module("podgpu.attribution.podresources_pb2_grpc")
+
+            self._channel = grpc.insecure_channel(
+                f"unix://{self._socket}",
+                options=[
+                    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+                    # Fail calls fast while the kubelet is down; this client does the backoff.
+                    ("grpc.initial_reconnect_backoff_ms", 200),
+                    ("grpc.max_reconnect_backoff_ms", int(self._max_backoff * 1000)),
+                ],
+            )
+            stub = pb_grpc.PodResourcesListerStub(self._channel)
+            request = pb.ListPodResourcesRequest()
+            timeout = self._timeout
+            self._list = lambda: stub.List(request, timeout=timeout)
+        return flatten(self._list())
+
+    def _close_channel(self) -> None:
+        ch, self._channel, self._list = self._channel, None, None
+        if ch is not None:
+            try:
+                ch.close()
+            except Exception:  # closing a broken channel must not matter
+                log.debug("closing the kubelet channel failed", exc_info=True)
+
+
+def _describe(exc: Exception, socket_path: str) -> str:
+    """A short reason for `/health` and the log, without gRPC's multi-line debug strings."""
+    code = getattr(exc, "code", None)
+    details = getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        try:
+            name = getattr(code(), "name", str(code()))
+            text = str(details() or "").splitlines()[0] if details() else ""
+        except Exception:
+            name, text = type(exc).__name__, ""
+        if name == "UNAVAILABLE":
+            return f"kubelet socket {socket_path}: {text or 'unavailable'}"
+        return f"List failed: {name}: {text}"[:300]
+    return f"{type(exc).__name__}: {exc}"[:300]
