@@ -15,12 +15,16 @@ import uuid
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from podgpu.backends.base import Reading
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import Field
 from podgpu.model import Device, Sample
 from podgpu.model.device import Value
+
+if TYPE_CHECKING:
+    from podgpu.backends.scenario import Scenario
 
 SIM_DRIVER_VERSION = "580.159.04"
 SIM_NVML_VERSION = "13.580.159.04"
@@ -97,6 +101,7 @@ class SimulatedBackend:
         off_seconds: float = 20.0,
         clock: Callable[[], float] = time.time,
         busy: Sequence[int] | None = None,
+        scenario: Scenario | None = None,
     ) -> None:
         self._model = model
         self._count = count
@@ -104,6 +109,13 @@ class SimulatedBackend:
         self._off = off_seconds
         self._clock = clock
         self._busy = set(busy) if busy is not None else set(range(math.ceil(count / 2)))
+        # --- simulated pods (issue 4): the scenario's GPUs are the busy ones, so per-pod
+        # usage follows the device series; `read(processes=True)` returns its processes.
+        self._scenario = scenario
+        if scenario is not None:
+            scenario.check_gpu_count(count)
+            if busy is None:
+                self._busy = scenario.busy_gpus()
         self._epoch = clock()  # start of the first busy phase
         self._devices = tuple(self._make_device(i) for i in range(count))
 
@@ -141,7 +153,17 @@ class SimulatedBackend:
     def read(self, fields: Sequence[Field], *, processes: bool = False) -> Reading:
         now = self._clock()
         samples = tuple(self._sample(d, fields, now) for d in self._devices)
-        return Reading(samples=samples)
+        if not processes or self._scenario is None:
+            return Reading(samples=samples)
+        return Reading(samples=samples, processes=self._scenario.processes(
+            self._devices, lambda d: self._usage(d, now)))
+
+    def _usage(self, dev: Device, now: float) -> tuple[float, int]:
+        """(GPU_UTIL %, FB_USED bytes) of `dev` at `now`, for the scenario's processes."""
+        values = self._values(dev, now)
+        util, fb_mib = values["DCGM_FI_DEV_GPU_UTIL"], values["DCGM_FI_DEV_FB_USED"]
+        assert isinstance(util, int | float) and isinstance(fb_mib, int)
+        return float(util), fb_mib * 1024 * 1024
 
     def close(self) -> None:
         return None
