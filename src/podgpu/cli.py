@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from podgpu import __version__, logs
 from podgpu.backends.base import Backend
@@ -39,13 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     fields.add_argument("--format", choices=("table", "csv"), default="table",
                         help="table: human-readable; csv: a metric list enabling every field")
     burn = sub.add_parser("burn", help="GPU load generator (gpu-burn pattern)")
-    try:
-        from podgpu import burn as burn_mod
-    except ImportError:  # pragma: no cover - burn ships with the package
-        pass
-    else:
-        burn_mod.add_arguments(burn)
+    burn_module().add_arguments(burn)
     return parser
+
+
+def burn_module() -> Any:
+    """podgpu.burn, imported lazily: it is only needed by `podgpu burn`."""
+    return importlib.import_module("podgpu.burn")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,9 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "fields":
             return cmd_fields(args.format)
         if args.command == "burn":
-            from podgpu import burn as burn_mod
-
-            return burn_mod.run(args)
+            return int(burn_module().run(args))
         return cmd_serve(settings_from(args))
     except ConfigError as exc:
         print(f"podgpu: {exc}", file=sys.stderr)
@@ -87,7 +87,7 @@ def cmd_fields(fmt: str) -> int:
                      f.source.describe()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
     return 0
 
 
@@ -102,7 +102,8 @@ def make_backend(settings: Settings) -> Backend:
         from podgpu.backends.simulated import SimulatedBackend, parse_simulate
 
         count, model = parse_simulate(settings.simulate)
-        return SimulatedBackend(count, model)
+        on, off = settings.simulate_burn
+        return SimulatedBackend(count, model, on_seconds=on, off_seconds=off)
     try:
         from podgpu.backends.nvml import NvmlBackend
     except ImportError as exc:

@@ -46,6 +46,7 @@ class Settings:
     collect_interval_ms: int = DEFAULT_COLLECT_INTERVAL_MS
     simulate: str | None = None
     simulate_scenario: str | None = None
+    simulate_burn: tuple[float, float] = (20.0, 20.0)
     hostname: str = ""
     hostname_label: str = "Hostname"
     replace_blanks_in_model_name: bool = False
@@ -90,6 +91,17 @@ def _ms(text: str) -> int:
     return int(text)
 
 
+def _burn(text: str) -> tuple[float, float]:
+    on, sep, off = text.partition(",")
+    try:
+        pair = (float(on), float(off))
+    except ValueError:
+        pair = (-1.0, -1.0)
+    if not sep or pair[0] <= 0 or pair[1] < 0:
+        raise ValueError(f"expected ON,OFF seconds with ON > 0 and OFF >= 0, got {text!r}")
+    return pair
+
+
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -109,6 +121,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--simulate-scenario",), "simulate_scenario", "PODGPU_SIMULATE_SCENARIO", None,
            "JSON/YAML scenario of simulated pods and GPU processes (with --simulate)",
            metavar="FILE"),
+    Option(("--simulate-burn",), "simulate_burn", "PODGPU_SIMULATE_BURN", (20.0, 20.0),
+           "busy,idle seconds of the simulated gpu-burn pattern", _burn, metavar="ON,OFF"),
     Option(("--hostname-label",), "hostname_label", "PODGPU_HOSTNAME_LABEL", "Hostname",
            "name of the host label: 'Hostname' (dcgm-exporter <= 4.8.2) or 'hostname' (newer)",
            metavar="NAME"),

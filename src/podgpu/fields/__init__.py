@@ -1,7 +1,13 @@
 """The field catalog (every DCGM field podgpu can export) and the dcgm-exporter CSV loader."""
 
-from podgpu.fields.catalog import CATALOG, BY_NAME, Field, Source, lookup
-from podgpu.fields.metriclist import MetricList, MetricRow, load_default, load_metric_list, parse_metric_list
+from podgpu.fields.catalog import BY_NAME, CATALOG, Field, Source, lookup
+from podgpu.fields.metriclist import (
+    MetricList,
+    MetricRow,
+    load_default,
+    load_metric_list,
+    parse_metric_list,
+)
 
 __all__ = [
     "BY_NAME",

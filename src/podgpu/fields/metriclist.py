@@ -78,7 +78,7 @@ def parse_metric_list(text: str, path: str = "<string>") -> MetricList:
         try:
             cells = next(csv.reader(io.StringIO(raw), skipinitialspace=True, strict=True))
         except csv.Error as exc:
-            raise MetricListError(path, lineno, f"not valid CSV: {exc}") from None
+            raise MetricListError(path, lineno, f"not valid CSV ({exc}); an unclosed quote?") from None
         cells = [c.strip() for c in cells]
         if len(cells) != 3:
             raise MetricListError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from podgpu.fields.metriclist import MetricList
-from podgpu.model import Sample, Snapshot
+from podgpu.model import Allocation, Sample, Snapshot
 from podgpu.sinks.prometheus import pods, selfmetrics
 from podgpu.sinks.prometheus.labels import (
     LabelOptions,
@@ -32,16 +32,21 @@ class RenderOptions:
     """Durations measured outside the snapshot (e.g. the previous render), by stage name."""
 
 
-def _prefixes(
-    sample: Sample, label_fields: tuple[str, ...], snapshot_holders: dict[str, list], opts: LabelOptions
-) -> list[str]:
-    """The `{...}` contents of each series of one device (usually one; several with vGPUs)."""
+Pairs = tuple[tuple[str, str], ...]
+
+
+def _variants(
+    sample: Sample, label_fields: tuple[str, ...], holders: dict[str, list[Allocation]],
+    opts: LabelOptions,
+) -> list[tuple[Pairs, Pairs, Pairs, str]]:
+    """(identity, sorted labels, attributes, rendered `{...}` body) for each series of a device:
+    usually one, several with --kubernetes-virtual-gpus on a shared GPU."""
     ident = identity_pairs(sample.device, opts)
     fields = field_label_pairs(sample, label_fields)
     out = []
-    for extra, attrs in series_variants(snapshot_holders.get(sample.device.key, []), opts):
+    for extra, attrs in series_variants(holders.get(sample.device.key, []), opts):
         middle = tuple(sorted(fields + extra))
-        out.append(label_pairs(ident + middle + attrs))
+        out.append((ident, middle, attrs, label_pairs(ident + middle + attrs)))
     return out
 
 
@@ -49,21 +54,25 @@ def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> byte
     lopts = opts.labels
     label_fields = tuple(sorted(r.name for r in metrics.labels))
     holders = holders_by_device(snapshot.allocations)
-    prefixes = [(s, _prefixes(s, label_fields, holders, lopts)) for s in snapshot.samples]
+    variants = [(s, _variants(s, label_fields, holders, lopts)) for s in snapshot.samples]
     parts: list[str] = []
     for row in metrics.metrics:
         name, vtype = row.name, row.field.value_type
         lines: list[str] = []
-        for sample, pre in prefixes:
+        for sample, series in variants:
             value = sample.values.get(name)
             if value is not None:
                 text = format_value(value, vtype)
-                lines.extend(f"{name}{{{p}}} {text}\n" for p in pre)
+                lines.extend(f"{name}{{{v[3]}}} {text}\n" for v in series)
             for lv in sample.labeled:
                 if lv.field == name:
+                    # exporter labels sort with the other labels, before pod attributes (§4.3)
                     text = format_value(lv.value, vtype)
-                    extra = label_pairs(lv.labels)
-                    lines.extend(f"{name}{{{p},{extra}}} {text}\n" for p in pre)
+                    lines.extend(
+                        f"{name}{{{label_pairs(ident + tuple(sorted(middle + lv.labels)) + attrs)}}}"
+                        f" {text}\n"
+                        for ident, middle, attrs, _ in series
+                    )
         if lines:
             parts.append(family_header(name, row.help, row.prom_type))
             parts.extend(lines)

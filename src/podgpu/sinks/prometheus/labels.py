@@ -2,7 +2,7 @@
 
 `gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname`, then the
 label-typed fields and pod labels sorted by key, then the pod attributes sorted by key
-(`container, namespace, pod, pod_uid, vgpu`) — reference/dcgm-exporter.md §4.2–4.3.
+(`container, namespace, pod, pod_uid, vgpu`) — reference/dcgm-exporter.md §4.2-4.3.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from podgpu.model import Allocation, ContainerRef, Device, Sample
-from podgpu.sinks.prometheus.text import label_pairs
 
 _WS = re.compile(r"\s+")
 Pairs = tuple[tuple[str, str], ...]

@@ -61,7 +61,7 @@ def render_self_metrics(
     for s in snapshot.samples:
         ident = short_identity_pairs(s.device, opts)
         for name, reason in sorted(s.missing.items()):
-            pairs = ident + (("field", name), ("reason", reason))
+            pairs = (*ident, ("field", name), ("reason", reason))
             missing_lines.append(f"podgpu_field_unavailable{{{label_pairs(pairs)}}} 1\n")
     if missing_lines:
         out.append(family_header(

@@ -26,9 +26,11 @@ def label_pairs(pairs: Iterable[tuple[str, str]]) -> str:
 
 def format_value(value: Value, value_type: str) -> str:
     """dcgm-exporter's formatting: integers as `%d`, doubles as `%f` (six decimals)."""
+    if isinstance(value, str):
+        raise TypeError(f"string value {value!r} where a number belongs")
     if value_type == "int":
         return "%d" % value  # noqa: UP031 - printf semantics are the contract here
-    if isinstance(value, float) and value != value:  # NaN never reaches the wire
+    if value != value:  # NaN never reaches the wire (STYLE rule 2)
         raise ValueError("NaN value")
     return "%f" % value  # noqa: UP031
 

@@ -1,0 +1,77 @@
+"""Debian's Prometheus 2.42 on loopback as a test peer (reference/prometheus-grafana.md §7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import free_port
+
+
+def ensure_installed() -> str:
+    """The prometheus binary; installs Debian's package when missing and we are root (as CI is)."""
+    path = shutil.which("prometheus")
+    if path:
+        return path
+    if os.geteuid() != 0:
+        raise AssertionError("prometheus is not installed; run scripts/check (it installs it)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=600)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "prometheus"], check=True, env=env,
+                   timeout=900)
+    path = shutil.which("prometheus")
+    assert path, "apt-get installed prometheus but it is not on PATH"
+    return path
+
+
+class Prometheus:
+    def __init__(self, workdir: Path, targets: list[str], interval: str = "1s") -> None:
+        self.binary = ensure_installed()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            f"global: {{scrape_interval: {interval}, scrape_timeout: {interval}}}\n"
+            "scrape_configs:\n"
+            "  - job_name: gpu-metrics\n"
+            f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
+        )
+        self.proc = subprocess.Popen(
+            [self.binary, f"--config.file={config}", f"--web.listen-address=127.0.0.1:{self.port}",
+             f"--storage.tsdb.path={workdir / 'data'}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"prometheus exited: {self.proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+            try:
+                with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError("prometheus not ready")
+
+    def api(self, path: str, **params: str) -> Any:
+        q = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{q}", timeout=5) as r:
+            doc = json.loads(r.read())
+        assert doc["status"] == "success", doc
+        return doc["data"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

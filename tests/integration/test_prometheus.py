@@ -1,0 +1,47 @@
+"""A real Prometheus scrapes `podgpu serve --simulate` every second (the seed's gpu-metrics job)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from tests.integration.prometheus_peer import Prometheus
+
+LABELS = {"__name__", "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+          "DCGM_FI_DRIVER_VERSION", "instance", "job"}
+
+
+def test_prometheus_scrapes_one_series_per_gpu_with_dcgm_labels(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    p = serve("--simulate", "4", "-c", "1000")
+    p.wait_ready()
+    prom = Prometheus(tmp_path, [f"127.0.0.1:{p.port}"])
+    try:
+        prom.wait_ready()
+        deadline = time.monotonic() + 30
+        result: list = []  # type: ignore[type-arg]
+        target: dict = {}  # type: ignore[type-arg]
+        while time.monotonic() < deadline:
+            targets = prom.api("targets")["activeTargets"]
+            target = targets[0] if targets else {}
+            result = prom.api("query", query="DCGM_FI_DEV_GPU_UTIL")["result"]
+            if target.get("health") == "up" and len(result) == 4:
+                break
+            time.sleep(0.5)
+        assert target.get("health") == "up", target
+        assert target["lastError"] == ""
+        assert sorted(r["metric"]["gpu"] for r in result) == ["0", "1", "2", "3"]
+        for r in result:
+            assert set(r["metric"]) == LABELS, r["metric"]
+            assert r["metric"]["Hostname"] == "test-node"
+            assert r["metric"]["device"] == f"nvidia{r['metric']['gpu']}"
+        # counters keep dcgm-exporter's names (no _total added on ingestion)
+        energy = prom.api("query", query="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")["result"]
+        assert len(energy) == 4
+        meta = prom.api("metadata", metric="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+        assert meta["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0]["type"] == "counter"
+        # the seed's dashboard query shape: per-pod legend works once pods are attributed;
+        # here the self-metrics are scraped too
+        up = prom.api("query", query="podgpu_build_info")["result"]
+        assert up and up[0]["metric"]["backend"] == "simulated"
+    finally:
+        prom.stop()

@@ -1,0 +1,132 @@
+"""`podgpu serve --simulate` as a real process: the issue's "Done when" checks, end to end."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from podgpu.fields import load_default
+
+EXPECTED_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+                   "DCGM_FI_DRIVER_VERSION"}
+
+
+def parse(body: bytes) -> dict[str, list]:  # type: ignore[type-arg]
+    return {f.name: f.samples for f in text_string_to_metric_families(body.decode())}
+
+
+def test_serves_every_default_field_per_gpu_with_the_exact_label_set(serve) -> None:  # type: ignore[no-untyped-def]
+    p = serve("--simulate", "4", "-c", "1000")
+    p.wait_ready()
+    status, headers, body = p.get("/metrics")
+    assert status == 200
+    assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    fams = parse(body)
+    for row in load_default().metrics:
+        samples = fams[row.name]
+        assert sorted(s.labels["gpu"] for s in samples) == ["0", "1", "2", "3"], row.name
+        for s in samples:
+            assert set(s.labels) == EXPECTED_LABELS, (row.name, s.labels)
+            assert s.labels["Hostname"] == "test-node"
+    status, _, hbody = p.get("/health")
+    assert status == 200 and json.loads(hbody)["status"] == "ok"
+    status, headers, gz = p.get("/metrics", {"Accept-Encoding": "gzip"})
+    assert headers.get("Content-Encoding") == "gzip"
+    assert parse(gzip.decompress(gz)).keys() == fams.keys()
+    status, headers, page = p.get("/")
+    assert status == 200 and b'href="./metrics"' in page and b'href="./health"' in page
+    assert p.get("/nope")[0] == 404
+    code, err = p.stop()
+    assert code == 0, err
+    assert "SIMULATED GPU node: 4 x NVIDIA H100 80GB HBM3" in err
+
+
+def test_busy_gpus_follow_the_square_wave_across_scrapes(serve) -> None:  # type: ignore[no-untyped-def]
+    # the 20 s / 20 s pattern compressed to 2 s / 2 s so the test takes seconds, not minutes
+    p = serve("--simulate", "4", "-c", "200", "--simulate-burn", "2,2")
+    p.wait_ready()
+    series: dict[str, list[float]] = {str(i): [] for i in range(4)}
+    end = time.monotonic() + 8.5
+    while time.monotonic() < end:
+        for s in parse(p.get("/metrics")[2])["DCGM_FI_DEV_GPU_UTIL"]:
+            series[s.labels["gpu"]].append(s.value)
+        time.sleep(0.25)
+    for busy in ("0", "1"):
+        values = series[busy]
+        assert set(values) == {0.0, 100.0}
+        edges = sum(1 for a, b in zip(values, values[1:], strict=False) if a != b)
+        assert 3 <= edges <= 5, values  # ~8 s of a 4 s period: four edges, give or take one
+        # each phase lasts ~2 s = ~8 scrapes; no phase shorter than 5 or longer than 10 scrapes
+        runs, n = [], 1
+        for a, b in zip(values, values[1:], strict=False):
+            if a == b:
+                n += 1
+            else:
+                runs.append(n)
+                n = 1
+        assert all(5 <= r <= 10 for r in runs[1:]), runs
+    assert set(series["2"]) == {0.0} and set(series["3"]) == {0.0}
+
+
+def test_concurrent_scrapes_all_succeed(serve) -> None:  # type: ignore[no-untyped-def]
+    p = serve("--simulate", "8")
+    p.wait_ready()
+    results: list[int] = []
+
+    def worker() -> None:
+        for _ in range(25):
+            status, _, body = p.get("/metrics")
+            results.append(status if b"DCGM_FI_DEV_GPU_UTIL" in body else -1)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [200] * 200
+
+
+def test_bad_metric_list_exits_2_naming_file_line_and_reason(tmp_path: Path) -> None:
+    bad = tmp_path / "custom.csv"
+    bad.write_text("# mine\nDCGM_FI_DEV_GPU_UTIL, gauge, ok\nDCGM_FI_DEV_SM_CLOK, gauge, typo\n")
+    res = subprocess.run([sys.executable, "-m", "podgpu", "-f", str(bad), "--simulate", "1",
+                          "-a", "127.0.0.1:0"], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2
+    assert f"{bad}:3: unknown DCGM field 'DCGM_FI_DEV_SM_CLOK'" in res.stderr
+    assert "DCGM_FI_DEV_SM_CLOCK" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_bad_flags_and_env_exit_2(tmp_path: Path) -> None:
+    for argv, env, needle in (
+        (["serve", "--simulate", "4xFOO"], {}, "unknown model 'FOO'"),
+        (["serve", "--simulate", "1", "-c", "10"], {}, "at least 100 ms"),
+        (["serve", "--simulate", "1", "--web-config-file", "w.yml"], {}, "--web-config-file"),
+        (["serve", "--simulate", "1"], {"DCGM_EXPORTER_INTERVAL": "x"}, "DCGM_EXPORTER_INTERVAL"),
+    ):
+        res = subprocess.run([sys.executable, "-m", "podgpu", *argv], capture_output=True,
+                             text=True, timeout=30, env={"PATH": "/usr/bin:/bin", **env})
+        assert res.returncode == 2, (argv, res.stderr)
+        assert needle in res.stderr
+
+
+def test_fields_command_lists_the_catalog() -> None:
+    res = subprocess.run([sys.executable, "-m", "podgpu", "fields"], capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 0
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[:3] == ["FIELD", "ID", "TYPE"]
+    util = next(ln for ln in lines if ln.startswith("DCGM_FI_DEV_GPU_UTIL "))
+    assert "203" in util and "nvmlDeviceGetUtilizationRates" in util
+    csv = subprocess.run([sys.executable, "-m", "podgpu", "fields", "--format", "csv"],
+                         capture_output=True, text=True, timeout=30).stdout
+    from podgpu.fields import parse_metric_list
+
+    assert len(parse_metric_list(csv).metrics) > 50  # the generated list is itself valid

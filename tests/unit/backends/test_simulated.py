@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+
+from podgpu.backends.simulated import MODELS, SimulatedBackend, parse_simulate
+from podgpu.errors import ConfigError
+from podgpu.fields import load_default
+from podgpu.fields.catalog import CATALOG
+from tests.conftest import FakeClock
+
+FIELDS = load_default().fields
+
+
+def values(backend: SimulatedBackend, index: int) -> dict[str, object]:
+    return dict(backend.read(FIELDS).samples[index].values)
+
+
+def test_parse_simulate_forms() -> None:
+    assert parse_simulate("4") == (4, MODELS["H100"])
+    assert parse_simulate("8xh200") == (8, MODELS["H200"])
+    for bad in ("0", "x", "4xFOO", "65", "-1", "4xx"):
+        with pytest.raises(ConfigError, match="--simulate"):
+            parse_simulate(bad)
+
+
+def test_busy_gpus_follow_the_20s_square_wave_and_idle_gpus_stay_idle(clock: FakeClock) -> None:
+    b = SimulatedBackend(4, MODELS["H100"], clock=clock)
+    seen = []
+    for t in range(0, 80, 5):
+        clock.now = b._epoch + t + 0.5
+        seen.append([values(b, i)["DCGM_FI_DEV_GPU_UTIL"] for i in range(4)])
+    busy = [100, 100, 100, 100, 0, 0, 0, 0]
+    assert [row[0] for row in seen] == busy * 2
+    assert [row[1] for row in seen] == busy * 2
+    assert {row[2] for row in seen} == {0} and {row[3] for row in seen} == {0}
+
+
+def test_power_clock_memory_and_profiling_move_with_utilization(clock: FakeClock) -> None:
+    b = SimulatedBackend(2, MODELS["H100"], clock=clock)
+    clock.now = b._epoch + 1
+    hot = values(b, 0)
+    clock.now = b._epoch + 21
+    cold = values(b, 0)
+    for name in ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED",
+                 "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                 "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"):
+        assert hot[name] > cold[name], name  # type: ignore[operator]
+    assert hot["DCGM_FI_DEV_FB_USED"] + hot["DCGM_FI_DEV_FB_FREE"] + hot["DCGM_FI_DEV_FB_RESERVED"] \
+        == MODELS["H100"].fb_total_mib  # type: ignore[operator]
+    assert 0.0 <= cold["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] <= hot["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] <= 1.0  # type: ignore[operator]
+
+
+def test_energy_counter_never_decreases_and_grows_faster_while_busy(clock: FakeClock) -> None:
+    b = SimulatedBackend(1, MODELS["A10G"], clock=clock)
+    readings = []
+    for t in range(0, 81):
+        clock.now = b._epoch + t
+        readings.append(values(b, 0)["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"])
+    assert readings == sorted(readings)
+    busy_gain = readings[10] - readings[5]  # type: ignore[operator]
+    idle_gain = readings[30] - readings[25]  # type: ignore[operator]
+    assert busy_gain > 5 * idle_gain
+
+
+def test_profiling_fields_only_on_models_with_gpm() -> None:
+    for key, spec in MODELS.items():
+        s = SimulatedBackend(1, spec).read(FIELDS).samples[0]
+        has = "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in s.values
+        assert has == spec.gpm, key
+        if not spec.gpm:
+            assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in s.missing
+            assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in SimulatedBackend(1, spec).unavailable_fields()
+
+
+def test_value_types_match_the_catalog() -> None:
+    all_fields = tuple(f for f in CATALOG if f.group != "EXP")
+    for spec in MODELS.values():
+        s = SimulatedBackend(2, spec).read(all_fields).samples[0]
+        for f in all_fields:
+            v = s.values.get(f.name)
+            if v is None:
+                assert f.name in s.missing
+                continue
+            expected = {"int": int, "float": float, "str": str}[f.value_type]
+            assert isinstance(v, expected), (spec.name, f.name, v)
+
+
+def test_identities_are_deterministic_and_unique() -> None:
+    a = SimulatedBackend(8, MODELS["H100"]).devices()
+    b = SimulatedBackend(8, MODELS["H100"]).devices()
+    assert a == b
+    assert len({d.uuid for d in a}) == 8 and len({d.pci_bus_id for d in a}) == 8
+    assert [d.device_name for d in a] == [f"nvidia{i}" for i in range(8)]
+    assert all(d.uuid.startswith("GPU-") for d in a)
+    assert SimulatedBackend(1, MODELS["H200"]).devices()[0].uuid != a[0].uuid

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from podgpu.errors import MetricListError
+from podgpu.fields import load_default, load_metric_list, parse_metric_list
+
+# The 26 active rows of dcgm-exporter 4.8.x etc/default-counters.csv
+# (reference/dcgm-exporter.md §3.2), in file order.
+DCGM_EXPORTER_DEFAULT_ACTIVE = [
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DRIVER_VERSION", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+]
+COUNTERS = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"}
+
+
+def test_default_list_has_dcgm_exporters_active_rows_in_order() -> None:
+    ml = load_default()
+    names = [r.name for r in sorted(ml.metrics + ml.labels, key=lambda r: r.line)]
+    assert names == DCGM_EXPORTER_DEFAULT_ACTIVE
+    assert [r.name for r in ml.labels] == ["DCGM_FI_DRIVER_VERSION"]
+    assert {r.name for r in ml.metrics if r.prom_type == "counter"} == COUNTERS
+
+
+def test_etc_copy_is_the_embedded_list() -> None:
+    root = Path(__file__).resolve().parents[3]
+    etc = load_metric_list(str(root / "etc" / "default-counters.csv"))
+    assert [r.name for r in etc.metrics] == [r.name for r in load_default().metrics]
+
+
+def test_comments_blank_lines_trimming_and_quoted_help() -> None:
+    ml = parse_metric_list(
+        "# comment\n\n  DCGM_FI_DEV_GPU_UTIL ,  gauge ,  GPU utilization (in %).  \n"
+        'DCGM_FI_DEV_FB_USED, gauge, "Used, in MiB"\n'
+    )
+    assert [(r.name, r.prom_type, r.help, r.line) for r in ml.metrics] == [
+        ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", 3),
+        ("DCGM_FI_DEV_FB_USED", "gauge", "Used, in MiB", 4),
+    ]
+
+
+def test_dcgm_46_alias_is_emitted_under_the_old_name() -> None:
+    ml = parse_metric_list("DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, temp\n")
+    assert ml.metrics[0].name == "DCGM_FI_DEV_GPU_TEMP"
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "needle"),
+    [
+        ("DCGM_FI_DEV_GPU_UTIL, gauge\n", 1, "expected 3 fields"),
+        ("# c\nDCGM_FI_DEV_GPU_UTIL, gauge, a, b\n", 2, "found 4"),
+        ("DCGM_FI_DEV_GPU_UTILL, gauge, x\n", 1, "closest known: DCGM_FI_DEV_GPU_UTIL"),
+        ("DCGM_FI_DEV_GPU_UTIL, gague, x\n", 1, "unknown Prometheus type 'gague'"),
+        ("DCGM_FI_DEV_GPU_UTIL, histogram, x\n", 1, "not a distribution"),
+        ("DCGM_FI_DEV_GPU_UTIL, label, x\n", 1, "cannot be a label"),
+        ("DCGM_FI_DRIVER_VERSION, gauge, x\n", 1, "can only be typed label"),
+        ("DCGM_FI_DEV_GPU_UTIL, gauge, x\n\nDCGM_FI_DEV_GPU_UTIL, gauge, y\n", 3,
+         "already listed on line 1"),
+        ('DCGM_FI_DEV_GPU_UTIL, gauge, "unterminated\n', 1, "unclosed quote"),
+    ],
+)
+def test_bad_rows_name_file_line_and_problem(text: str, line: int, needle: str) -> None:
+    with pytest.raises(MetricListError) as exc:
+        parse_metric_list(text, "my.csv")
+    assert exc.value.path == "my.csv"
+    assert exc.value.line == line
+    assert needle in str(exc.value)
+    assert str(exc.value).startswith(f"my.csv:{line}: ")
+
+
+def test_exporter_rows_podgpu_does_not_produce_are_skipped_with_a_warning() -> None:
+    ml = parse_metric_list("DCGM_EXP_P2P_STATUS, counter, p2p\nDCGM_FI_DEV_GPU_UTIL, gauge, u\n",
+                           "l.csv")
+    assert [r.name for r in ml.metrics] == ["DCGM_FI_DEV_GPU_UTIL"]
+    assert ml.warnings and ml.warnings[0].startswith("l.csv:1: skipping DCGM_EXP_P2P_STATUS")
+
+
+def test_unreadable_and_binary_files(tmp_path: Path) -> None:
+    with pytest.raises(MetricListError, match="cannot read"):
+        load_metric_list(str(tmp_path / "nope.csv"))
+    bad = tmp_path / "bin.csv"
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(MetricListError, match="not UTF-8"):
+        load_metric_list(str(bad))

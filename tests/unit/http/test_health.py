@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from podgpu.http.health import health, stale_after
+from podgpu.http.publish import Published
+from podgpu.model import Snapshot, StageResult
+from tests.unit.sinks.golden import simulated_snapshot
+
+
+def pub(snap: Snapshot) -> Published:
+    return Published(snap, b"", b"")
+
+
+def test_no_collection_yet_is_503() -> None:
+    code, body = health(None, 0.0, 1.0, "simulated")
+    assert code == 503 and body["reasons"] == ["no collection has completed yet"]
+
+
+def test_fresh_and_healthy_is_200() -> None:
+    snap = simulated_snapshot(2)
+    code, body = health(pub(snap), snap.taken_at + 0.5, 1.0, "simulated")
+    assert code == 200
+    assert body["status"] == "ok" and body["devices"] == 2 and body["reasons"] == []
+
+
+def test_stale_collection_is_503_with_age() -> None:
+    snap = simulated_snapshot(2)
+    code, body = health(pub(snap), snap.taken_at + stale_after(1.0) + 1, 1.0, "simulated")
+    assert code == 503 and "last collection" in body["reasons"][0]
+
+
+def test_lost_gpu_is_503_naming_it_and_failed_backend_too() -> None:
+    snap = simulated_snapshot(2)
+    lost = Snapshot(taken_at=snap.taken_at, samples=snap.samples[:1],
+                    stages=(StageResult("backend", 0.01, False, "gpu 1: GpuIsLost"),),
+                    lost_devices=(("gpu 1 (GPU-abc)", "GPU is lost"),))
+    code, body = health(pub(lost), lost.taken_at, 1.0, "nvml")
+    assert code == 503 and body["lost_devices"] == ["gpu 1 (GPU-abc)"]
+    assert body["reasons"] == ["gpu 1 (GPU-abc): GPU is lost"]
+    broken = Snapshot(taken_at=snap.taken_at, samples=(),
+                      stages=(StageResult("backend", 0.01, False, "RuntimeError: boom"),))
+    code, body = health(pub(broken), broken.taken_at, 1.0, "nvml")
+    assert code == 503 and "backend: RuntimeError: boom" in body["reasons"]
+
+
+def test_kubelet_unavailable_does_not_fail_health() -> None:
+    snap = simulated_snapshot(1)
+    snap = Snapshot(taken_at=snap.taken_at, samples=snap.samples, stages=snap.stages,
+                    attribution_status="unavailable: socket missing")
+    code, body = health(pub(snap), snap.taken_at, 1.0, "simulated")
+    assert code == 200 and body["kubelet"] == "unavailable: socket missing"

@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from podgpu.attribution.base import Attribution
+from podgpu.backends.base import Reading
+from podgpu.backends.simulated import MODELS, SimulatedBackend
+from podgpu.collect import Collector
+from podgpu.fields import load_default
+from podgpu.fields.catalog import Field
+from podgpu.model import Allocation, ContainerRef, Device, GpuProcess
+
+FIELDS = load_default().fields
+
+
+class FlakyBackend:
+    """Fails every other cycle, as a backend bug would."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.inner = SimulatedBackend(2, MODELS["H100"])
+        self.calls = 0
+
+    def open(self) -> None: ...
+    def devices(self) -> tuple[Device, ...]:
+        return self.inner.devices()
+    def info(self) -> dict[str, str]:
+        return {}
+    def unavailable_fields(self) -> dict[str, str]:
+        return {}
+    def close(self) -> None: ...
+
+    def read(self, fields: Sequence[Field], *, processes: bool = False) -> Reading:
+        self.calls += 1
+        if self.calls % 2 == 0:
+            raise RuntimeError("driver hiccup")
+        r = self.inner.read(fields)
+        return Reading(samples=r.samples[:1], lost=(("gpu 1", "GPU is lost"),), errors=1)
+
+
+def test_a_failing_backend_yields_an_empty_snapshot_and_counts_errors() -> None:
+    c = Collector(FlakyBackend(), FIELDS)
+    first = c.cycle()
+    assert len(first.samples) == 1 and first.lost_devices == (("gpu 1", "GPU is lost"),)
+    assert dict(first.errors_total) == {"flaky": 2}
+    assert first.stage("backend").ok is False  # type: ignore[union-attr]
+    second = c.cycle()
+    assert second.samples == () and second.cycle == 2
+    assert dict(second.errors_total) == {"flaky": 3}
+    assert "driver hiccup" in second.stage("backend").error  # type: ignore[union-attr]
+
+
+class StaticAttributor:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.seen: tuple[GpuProcess, ...] | None = None
+
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+
+    def attribute(self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]
+                  ) -> Attribution:
+        if self.fail:
+            raise ValueError("bad state")
+        self.seen = processes
+        ref = ContainerRef("ns", "p", "c")
+        return Attribution(allocations=(Allocation(devices[0].key, ref, "nvidia.com/gpu", "x"),),
+                           status="unavailable: kubelet down", errors=(("kubelet", 1),))
+
+
+def test_attribution_results_and_errors_reach_the_snapshot() -> None:
+    c = Collector(SimulatedBackend(2, MODELS["H100"]), FIELDS, attributor=StaticAttributor())
+    s = c.cycle()
+    assert s.allocations[0].container.pod == "p"
+    assert s.attribution_status == "unavailable: kubelet down"
+    assert dict(s.errors_total)["kubelet"] == 1
+    assert s.stage("attribution").ok is False  # type: ignore[union-attr]
+    assert len(s.samples) == 2  # GPU metrics keep flowing
+
+
+def test_a_raising_attributor_does_not_stop_collection() -> None:
+    c = Collector(SimulatedBackend(1, MODELS["H100"]), FIELDS,
+                  attributor=StaticAttributor(fail=True))
+    s = c.cycle()
+    assert len(s.samples) == 1 and s.allocations == ()
+    assert s.attribution_status.startswith("unavailable:")
+    assert dict(s.errors_total)["attribution"] == 1

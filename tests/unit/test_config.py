@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import pytest
+
+from podgpu.config import DEFAULT_COLLECT_INTERVAL_MS, parse_serve_args
+from podgpu.errors import ConfigError
+
+
+def test_defaults() -> None:
+    s = parse_serve_args([], {"NODE_NAME": "n1"})
+    assert (s.host, s.port) == (None, 9400)
+    assert s.collect_interval_ms == DEFAULT_COLLECT_INTERVAL_MS
+    assert s.hostname == "n1" and s.hostname_label == "Hostname"
+    assert s.collectors is None and not s.kubernetes
+
+
+def test_flag_beats_env_beats_default() -> None:
+    env = {"DCGM_EXPORTER_INTERVAL": "2000", "DCGM_EXPORTER_LISTEN": "127.0.0.1:9500"}
+    s = parse_serve_args(["-c", "3000"], env)
+    assert s.collect_interval_ms == 3000
+    assert (s.host, s.port) == ("127.0.0.1", 9500)
+    assert parse_serve_args([], env).collect_interval_ms == 2000
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (["-k"], {}, True),
+        (["--kubernetes=false"], {}, False),
+        (["--kubernetes", "true"], {}, True),
+        ([], {"DCGM_EXPORTER_KUBERNETES": "true"}, True),
+        ([], {"DCGM_EXPORTER_KUBERNETES": "0"}, False),
+        (["--kubernetes=false"], {"DCGM_EXPORTER_KUBERNETES": "true"}, False),
+    ],
+)
+def test_boolean_forms(argv: list[str], env: dict[str, str], expected: bool) -> None:
+    assert parse_serve_args(argv, env).kubernetes is expected
+
+
+def test_unprefixed_dcgm_exporter_env_names() -> None:
+    env = {"NVIDIA_RESOURCE_NAMES": "nvidia.com/a100, nvidia.com/gpu.shared",
+           "KUBERNETES_VIRTUAL_GPUS": "true",
+           "DCGM_POD_RESOURCES_KUBELET_SOCKET": "/tmp/k.sock"}
+    s = parse_serve_args([], env)
+    assert s.nvidia_resource_names == ("nvidia.com/a100", "nvidia.com/gpu.shared")
+    assert s.kubernetes_virtual_gpus
+    assert s.pod_resources_kubelet_socket == "/tmp/k.sock"
+
+
+@pytest.mark.parametrize(
+    ("address", "host", "port"),
+    [(":9400", None, 9400), ("127.0.0.1:0", "127.0.0.1", 0), ("[::1]:9401", "::1", 9401),
+     ("localhost:80", "localhost", 80)],
+)
+def test_addresses(address: str, host: str | None, port: int) -> None:
+    s = parse_serve_args(["-a", address], {})
+    assert (s.host, s.port) == (host, port)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "needle"),
+    [
+        (["-a", "9400"], {}, "--address '9400'"),
+        (["-a", ":99999"], {}, "--address"),
+        (["-c", "50"], {}, "at least 100 ms"),
+        (["-c", "1s"], {}, "--collect-interval: expected milliseconds"),
+        ([], {"DCGM_EXPORTER_INTERVAL": "fast"}, "environment variable DCGM_EXPORTER_INTERVAL"),
+        ([], {"DCGM_EXPORTER_KUBERNETES": "maybe"}, "DCGM_EXPORTER_KUBERNETES: expected true"),
+        (["--hostname-label", "host"], {}, "use Hostname or hostname"),
+        (["--log-format", "xml"], {}, "use text or json"),
+        (["--kubernetes-gpu-id-type", "index"], {}, "use uid or device-name"),
+        (["--kubernetes-pod-label-allowlist-regex", "app(,x"], {}, "not a valid regex"),
+        (["--simulate-scenario", "s.json"], {}, "needs --simulate"),
+        (["--simulate-burn", "5"], {}, "ON,OFF"),
+    ],
+)
+def test_bad_values_name_the_flag_or_variable(argv: list[str], env: dict[str, str],
+                                              needle: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_serve_args(argv, env)
+    assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "needle"),
+    [
+        (["--web-config-file", "web.yml"], {}, "--web-config-file"),
+        ([], {"DCGM_EXPORTER_WEB_CONFIG_FILE": "web.yml"}, "DCGM_EXPORTER_WEB_CONFIG_FILE"),
+        (["-o"], {}, "--use-old-namespace"),
+        (["-m", "ns:cm"], {}, "mount it and pass -f"),
+        (["-d", "g:0,1"], {}, "--devices"),
+        (["--fake-gpus"], {}, "use --simulate"),
+        (["--kubernetes-enable-dra"], {}, "DRA"),
+    ],
+)
+def test_unsupported_dcgm_exporter_options_that_matter_are_refused(
+        argv: list[str], env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_serve_args(argv, env)
+    assert needle in str(exc.value)
+
+
+def test_harmless_dcgm_exporter_options_are_accepted_with_a_warning() -> None:
+    s = parse_serve_args(["-n", "-r", "localhost:5555", "--enable-pprof", "-m", "none", "-d", "f",
+                          "--dcgm-log-level", "NONE"], {"DCGM_EXPORTER_DUMP_ENABLED": "true"})
+    joined = "\n".join(s.warnings)
+    for name in ("--no-hostname", "--remote-hostengine-info", "--enable-pprof",
+                 "--dcgm-log-level", "DCGM_EXPORTER_DUMP_ENABLED"):
+        assert name in joined
+    assert "configmap" not in joined and "--devices" not in joined  # 'none'/'f' are defaults
+    assert parse_serve_args(["--enable-pprof=false"], {}).warnings == ()
