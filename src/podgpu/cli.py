@@ -34,14 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--version", action="version", version=f"podgpu {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    serve = sub.add_parser("serve", help="collect GPU metrics and serve /metrics (default)",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    serve = sub.add_parser("serve", help="collect GPU metrics and serve /metrics (default)")
     add_serve_arguments(serve)
     fields = sub.add_parser("fields", help="list every DCGM field podgpu can export")
     fields.add_argument("--format", choices=("table", "csv"), default="table",
                         help="table: human-readable; csv: a metric list enabling every field")
-    burn = sub.add_parser("burn", help="GPU load generator (gpu-burn pattern)")
-    burn_module().add_arguments(burn)
+    # `burn` parses its own flags (see main) so serving never imports it.
+    sub.add_parser("burn", help="GPU load generator (gpu-burn pattern): podgpu burn --help",
+                   add_help=False)
     return parser
 
 
@@ -55,13 +55,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_list or (args_list[0].startswith("-")
                          and args_list[0] not in ("-h", "--help", "-v", "--version")):
         args_list.insert(0, "serve")  # dcgm-exporter style: flags only
+    if args_list[0] == "burn":
+        burn = burn_module()
+        burn_parser = argparse.ArgumentParser(prog="podgpu burn", description=burn.__doc__)
+        burn.add_arguments(burn_parser)
+        return int(burn.run(burn_parser.parse_args(args_list[1:])))
     parser = build_parser()
     args = parser.parse_args(args_list)
     try:
         if args.command == "fields":
             return cmd_fields(args.format)
-        if args.command == "burn":
-            return int(burn_module().run(args))
         return cmd_serve(settings_from(args))
     except ConfigError as exc:
         print(f"podgpu: {exc}", file=sys.stderr)

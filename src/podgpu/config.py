@@ -225,6 +225,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """Register every serve flag. Defaults are None so env and defaults can be applied later."""
     for opt in OPTIONS:
         shown = opt.default if opt.default not in (None, ()) else "none"
+        if isinstance(opt.default, tuple) and opt.default:
+            shown = ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in opt.default)
         env_help = f" [env {opt.env}; default {shown}]"
         if opt.is_bool:
             parser.add_argument(*opt.flags, dest=opt.dest, nargs="?", const="true", default=None,
