@@ -1,0 +1,235 @@
+"""Turn a field list into the fewest NVML calls per GPU (reference/nvml.md §1, §1.1).
+
+A `Plan` is built once per field list and reused every cycle: every `fv` field goes into one
+`nvmlDeviceGetFieldValues` batch; `call` fields that share a function and argument share one call
+(GPU_UTIL and MEM_COPY_UTIL: one utilization call; FB free/used/reserved/total: one memory v2
+call); label fields are read once per device; GPM fields are one `nvmlGpmMetricsGet`.
+NVML constants named in the catalog are resolved here with getattr on pynvml; a name this pynvml
+lacks makes that field unavailable (with the reason), not an error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from podgpu.backends.nvml_lib import Lib, text
+from podgpu.fields.catalog import Field
+from podgpu.model.device import Value
+
+ALL_LINKS = 0xFFFFFFFF
+CLOCK_REASONS_CALL = "nvmlDeviceGetCurrentClocksEventReasons"
+
+# dcgm-exporter's clock_event label values per bit (reference/dcgm-exporter.md §5).
+CLOCK_EVENTS: tuple[tuple[int, str], ...] = (
+    (0x1, "gpu_idle"),
+    (0x2, "clocks_setting"),
+    (0x4, "power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal"),
+    (0x40, "hw_thermal"),
+    (0x80, "hw_power_brake"),
+    (0x100, "display_clocks"),
+)
+
+_VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                 6: "usVal"}
+
+
+@dataclass(frozen=True, slots=True)
+class FvEntry:
+    field: Field
+    field_id: int
+    scope: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CallGroup:
+    """One NVML call `ref(handle[, arg])` whose result feeds `fields` (possibly none: a call
+    made only for the exporter's clock-event count)."""
+
+    ref: str
+    arg: str
+    fields: tuple[Field, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RateEntry:
+    field: Field
+    field_ids: tuple[int, ...]
+    """Cumulative NVML field ids summed over all links (scope 0xFFFFFFFF)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    fv: tuple[FvEntry, ...] = ()
+    rates: tuple[RateEntry, ...] = ()
+    calls: tuple[CallGroup, ...] = ()
+    labels: tuple[Field, ...] = ()
+    system: tuple[Field, ...] = ()
+    gpm: tuple[tuple[Field, int], ...] = ()
+    events: tuple[Field, ...] = ()
+    xid_count: Field | None = None
+    clock_count: Field | None = None
+    unknown: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Fields this pynvml cannot read at all (missing constant), with why."""
+
+    def batch(self) -> list[int | tuple[int, int]]:
+        """The ids for the one nvmlDeviceGetFieldValues call: fv fields, then rate counters."""
+        ids: list[int | tuple[int, int]] = [
+            e.field_id if e.scope is None else (e.field_id, e.scope) for e in self.fv
+        ]
+        for r in self.rates:
+            ids.extend((fid, ALL_LINKS) for fid in r.field_ids)
+        return ids
+
+    @property
+    def mig_scoped(self) -> bool:
+        return any(f.scope == "both" for f in self._all())
+
+    def _all(self) -> tuple[Field, ...]:
+        return (tuple(e.field for e in self.fv) + tuple(f for g in self.calls for f in g.fields)
+                + tuple(f for f, _ in self.gpm))
+
+
+def build_plan(lib: Lib, fields: Sequence[Field]) -> Plan:
+    fv: list[FvEntry] = []
+    rates: list[RateEntry] = []
+    calls: dict[tuple[str, str], list[Field]] = {}
+    labels: list[Field] = []
+    system: list[Field] = []
+    gpm: list[tuple[Field, int]] = []
+    events: list[Field] = []
+    xid_count: Field | None = None
+    clock_count: Field | None = None
+    unknown: dict[str, str] = {}
+
+    def resolve(name: str, f: Field) -> Any:
+        value = lib.const(name)
+        if value is None:
+            unknown[f.name] = f"this nvidia-ml-py has no {name}"
+        return value
+
+    for f in fields:
+        src = f.source
+        if src.kind == "fv":
+            fid = resolve(src.ref, f)
+            scope = int(src.arg, 0) if src.arg else None
+            if fid is not None:
+                fv.append(FvEntry(f, int(fid), scope))
+        elif src.kind == "rate":
+            ids = [resolve(r, f) for r in (src.ref, src.arg) if r]
+            if all(i is not None for i in ids):
+                rates.append(RateEntry(f, tuple(int(i) for i in ids)))
+        elif src.kind == "call":
+            if resolve(src.ref, f) is None or (src.arg and resolve(src.arg, f) is None):
+                continue
+            if f.is_label:
+                labels.append(f)
+            else:
+                calls.setdefault((src.ref, src.arg), []).append(f)
+        elif src.kind == "system":
+            if resolve(src.ref, f) is not None:
+                system.append(f)
+        elif src.kind == "gpm":
+            mid = resolve(src.ref, f)
+            if mid is not None:
+                gpm.append((f, int(mid)))
+        elif src.kind == "event":
+            events.append(f)
+        elif src.kind == "exporter":
+            if src.ref == "DCGM_FI_DEV_XID_ERRORS":
+                xid_count = f
+            elif src.ref == "DCGM_FI_DEV_CLOCKS_EVENT_REASONS":
+                clock_count = f
+                if lib.const(CLOCK_REASONS_CALL) is None:
+                    unknown[f.name] = f"this nvidia-ml-py has no {CLOCK_REASONS_CALL}"
+                    clock_count = None
+                else:
+                    calls.setdefault((CLOCK_REASONS_CALL, ""), [])
+    return Plan(
+        fv=tuple(fv),
+        rates=tuple(rates),
+        calls=tuple(CallGroup(ref, arg, tuple(fs)) for (ref, arg), fs in calls.items()),
+        labels=tuple(labels),
+        system=tuple(system),
+        gpm=tuple(gpm),
+        events=tuple(events),
+        xid_count=xid_count,
+        clock_count=clock_count,
+        unknown=MappingProxyType(unknown),
+    )
+
+
+def fv_raw(fv: Any, ref: str) -> Any:
+    """The value of one nvmlFieldValue_t, by its valueType. MEMORY_TEMP is read as uiVal whatever
+    valueType says, as DCGM does (nvbugs/4300930)."""
+    if ref == "NVML_FI_DEV_MEMORY_TEMP":
+        return fv.value.uiVal
+    return getattr(fv.value, _VALUE_MEMBER.get(int(fv.valueType), "ullVal"))
+
+
+def convert(f: Field, raw: Any) -> Value | None:
+    """NVML value -> DCGM unit and type (the catalog's scale); None when it is not a sane
+    reading (NaN, or a temperature above 200 C, which DCGM also drops)."""
+    if f.value_type == "str":
+        return text(raw)
+    scale = f.source.scale
+    value = float(raw) * scale if scale != 1.0 else raw
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if f.unit == "C" and float(value) > 200:
+        return None
+    if f.value_type == "int":
+        return int(value)
+    return float(value)
+
+
+def pick(result: Any, how: str) -> Any:
+    """Select one value from a call's result: a tuple index ('0') or an attribute ('gpu')."""
+    if not how:
+        return result
+    if how.isdigit():
+        return result[int(how)]
+    return getattr(result, how)
+
+
+def call(lib: Lib, handle: Any, ref: str, arg: str) -> Any:
+    """Make one NVML call as the catalog names it, with the few calls that need adapting."""
+    m = lib.m
+    if ref == "nvmlDeviceGetMemoryInfo":
+        version = lib.const(arg) if arg else None
+        return m.nvmlDeviceGetMemoryInfo(handle, version=version)
+    if ref == "nvmlDeviceGetGridLicensableFeatures":
+        return _license_status(lib, m.nvmlDeviceGetGridLicensableFeatures(handle))
+    if ref == "nvmlDeviceGetBrand":
+        return _brand_name(lib, m.nvmlDeviceGetBrand(handle))
+    fn = getattr(m, ref)
+    if arg:
+        return fn(handle, lib.const(arg))
+    return fn(handle)
+
+
+def _license_status(lib: Lib, features: Any) -> int:
+    """DCGM_FI_DEV_VGPU_LICENSE_STATUS as DCGM computes it (reference/nvml.md §1)."""
+    if not getattr(features, "isGridLicenseSupported", 0):
+        return 0
+    vgpu = int(getattr(lib.m, "NVML_GRID_LICENSE_FEATURE_CODE_VGPU", 1))
+    count = int(getattr(features, "licensableFeaturesCount", 0))
+    for feature in list(features.gridLicensableFeatures)[:count]:
+        if int(feature.featureCode) == vgpu:
+            return 1 if int(feature.featureState) > 0 else 0
+    return 0
+
+
+def _brand_name(lib: Lib, brand: Any) -> str:
+    """NVML brand enum -> its name ('NVIDIA', 'TESLA', ...)."""
+    for name in dir(lib.m):
+        if (name.startswith("NVML_BRAND_") and name != "NVML_BRAND_COUNT"
+                and getattr(lib.m, name) == brand):
+            return name.removeprefix("NVML_BRAND_")
+    return str(brand)
