@@ -13,14 +13,18 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podgpu import __version__, logs
+from podgpu.attribution.attributor import build_attributor
 from podgpu.backends.base import Backend
 from podgpu.config import Settings, add_serve_arguments, settings_from
 from podgpu.errors import BackendError, ConfigError
 from podgpu.fields.catalog import CATALOG
 from podgpu.fields.metriclist import MetricList, load_default, load_metric_list, parse_metric_list
+
+if TYPE_CHECKING:
+    from podgpu.backends.scenario import Scenario
 
 log = logging.getLogger("podgpu")
 COMMANDS = ("serve", "fields", "burn")
@@ -100,13 +104,25 @@ def load_metrics(settings: Settings) -> MetricList:
     return load_metric_list(settings.collectors)
 
 
-def make_backend(settings: Settings) -> Backend:
+def make_scenario(settings: Settings) -> Scenario | None:
+    """The simulated pods: the built-in scenario unless a file (or 'none') is given."""
+    if not settings.simulate or settings.simulate_scenario == "none":
+        return None
+    from podgpu.backends.scenario import default_scenario, load_scenario
+    from podgpu.backends.simulated import parse_simulate
+
+    if settings.simulate_scenario:
+        return load_scenario(settings.simulate_scenario)
+    return default_scenario(parse_simulate(settings.simulate)[0])
+
+
+def make_backend(settings: Settings, scenario: Scenario | None = None) -> Backend:
     if settings.simulate:
         from podgpu.backends.simulated import SimulatedBackend, parse_simulate
 
         count, model = parse_simulate(settings.simulate)
         on, off = settings.simulate_burn
-        return SimulatedBackend(count, model, on_seconds=on, off_seconds=off)
+        return SimulatedBackend(count, model, on_seconds=on, off_seconds=off, scenario=scenario)
     try:
         from podgpu.backends.nvml import NvmlBackend
     except ImportError as exc:
@@ -130,8 +146,24 @@ def cmd_serve(settings: Settings) -> int:
     metrics = load_metrics(settings)
     for w in metrics.warnings:
         log.warning("%s", w)
-    backend = make_backend(settings)
+    scenario = make_scenario(settings)
+    backend = make_backend(settings, scenario)
+    attributor = build_attributor(
+        kubernetes=settings.kubernetes,
+        pod_resources_kubelet_socket=settings.pod_resources_kubelet_socket,
+        kubernetes_gpu_id_type=settings.kubernetes_gpu_id_type,
+        nvidia_resource_names=settings.nvidia_resource_names,
+        kubernetes_enable_pod_uid=settings.kubernetes_enable_pod_uid,
+        kubernetes_enable_pod_labels=settings.kubernetes_enable_pod_labels,
+        kubernetes_pod_label_allowlist_regex=settings.kubernetes_pod_label_allowlist_regex,
+        proc_root=settings.proc_root,
+        node_name=settings.node_name or None,
+        poll_interval_seconds=settings.collect_interval,
+        scenario=scenario,
+    )
     backend.open()
+    if attributor is not None:
+        attributor.start()
     try:
         devices = backend.devices()
         info = backend.info()
@@ -162,7 +194,8 @@ def cmd_serve(settings: Settings) -> int:
             return render(snapshot, metrics, RenderOptions(label_opts, build, timings))
 
         publisher = Publisher(render_snapshot)
-        collector = Collector(backend, metrics.fields)
+        collector = Collector(backend, metrics.fields, attributor=attributor,
+                              want_processes=attributor is not None)
         loop = CollectLoop(collector, settings.collect_interval, publisher.publish)
         loop.run_once()  # the first /metrics is valid as soon as the port accepts
         loop.start()
@@ -172,6 +205,8 @@ def cmd_serve(settings: Settings) -> int:
         finally:
             loop.stop()
     finally:
+        if attributor is not None:
+            attributor.close()
         backend.close()
     return 0
 

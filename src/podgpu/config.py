@@ -64,6 +64,7 @@ class Settings:
     kubernetes_pod_label_allowlist_regex: tuple[str, ...] = ()
     proc_root: str = "/proc"
     node_name: str = ""
+    """NODE_NAME from the environment ('' when unset): scopes the pod watch to this node."""
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -119,7 +120,8 @@ OPTIONS: tuple[Option, ...] = (
            "simulate a GPU node instead of reading NVML: N or NxMODEL (H100, H200, A100, A10G)",
            metavar="SPEC"),
     Option(("--simulate-scenario",), "simulate_scenario", "PODGPU_SIMULATE_SCENARIO", None,
-           "JSON/YAML scenario of simulated pods and GPU processes (with --simulate)",
+           "JSON/YAML scenario of simulated pods and GPU processes, or 'none' (with --simulate; "
+           "default: the built-in scenario)",
            metavar="FILE"),
     Option(("--simulate-burn",), "simulate_burn", "PODGPU_SIMULATE_BURN", (20.0, 20.0),
            "busy,idle seconds of the simulated gpu-burn pattern", _burn, metavar="ON,OFF"),
@@ -324,8 +326,9 @@ def settings_from(
     if values["simulate_scenario"] and not values["simulate"]:
         raise ConfigError("--simulate-scenario needs --simulate N")
     host, port = _parse_address(values["address"])
-    node_name = env.get("NODE_NAME", "") or socket.gethostname()
-    return Settings(host=host, port=port, node_name=node_name, hostname=node_name,
+    node_name = env.get("NODE_NAME", "")
+    return Settings(host=host, port=port, node_name=node_name,
+                    hostname=node_name or socket.gethostname(),
                     warnings=tuple(warnings), **values)
 
 

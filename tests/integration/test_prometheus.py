@@ -31,7 +31,8 @@ def test_prometheus_scrapes_one_series_per_gpu_with_dcgm_labels(serve, tmp_path:
         assert target["lastError"] == ""
         assert sorted(r["metric"]["gpu"] for r in result) == ["0", "1", "2", "3"]
         for r in result:
-            assert set(r["metric"]) == LABELS, r["metric"]
+            pods = {"container", "namespace", "pod"} if r["metric"]["gpu"] == "0" else set()
+            assert set(r["metric"]) == LABELS | pods, r["metric"]
             assert r["metric"]["Hostname"] == "test-node"
             assert r["metric"]["device"] == f"nvidia{r['metric']['gpu']}"
         # counters keep dcgm-exporter's names (no _total added on ingestion)
@@ -39,8 +40,18 @@ def test_prometheus_scrapes_one_series_per_gpu_with_dcgm_labels(serve, tmp_path:
         assert len(energy) == 4
         meta = prom.api("metadata", metric="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
         assert meta["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0]["type"] == "counter"
-        # the seed's dashboard query shape: per-pod legend works once pods are attributed;
-        # here the self-metrics are scraped too
+        # the seed's Grafana legend `Pod {{pod}}` and the allocation join on shared GPUs
+        assert [r["metric"]["pod"] for r in result if r["metric"]["gpu"] == "0"] == ["train-0"]
+        # (allocation on the many side: a shared GPU has several allocation series per UUID, so
+        # `GPU_UTIL * on(UUID) group_left(pod) podgpu_gpu_allocation` is many-to-many there)
+        at = f"{time.time() - 1:.3f}"  # one evaluation time for both queries
+        joined = prom.api("query", query="podgpu_gpu_allocation * on(UUID) group_left "
+                          "DCGM_FI_DEV_GPU_UTIL", time=at)["result"]
+        result = prom.api("query", query="DCGM_FI_DEV_GPU_UTIL", time=at)["result"]
+        assert sorted(r["metric"]["pod"] for r in joined) == ["infer-a", "infer-b", "train-0"]
+        util = {r["metric"]["UUID"]: r["value"][1] for r in result}
+        for r in joined:
+            assert r["value"][1] == util[r["metric"]["UUID"]]
         up = prom.api("query", query="podgpu_build_info")["result"]
         assert up and up[0]["metric"]["backend"] == "simulated"
     finally:

@@ -33,8 +33,13 @@ def test_serves_every_default_field_per_gpu_with_the_exact_label_set(serve) -> N
         samples = fams[row.name]
         assert sorted(s.labels["gpu"] for s in samples) == ["0", "1", "2", "3"], row.name
         for s in samples:
-            assert set(s.labels) == EXPECTED_LABELS, (row.name, s.labels)
+            # the built-in simulated scenario: GPU 0 held by one container (pod labels), GPU 1
+            # time-sliced by two (none, no arbitrary winner), GPUs 2-3 unallocated
+            pods = {"container", "namespace", "pod"} if s.labels["gpu"] == "0" else set()
+            assert set(s.labels) == EXPECTED_LABELS | pods, (row.name, s.labels)
             assert s.labels["Hostname"] == "test-node"
+    assert {s.labels["pod"] for s in fams["podgpu_gpu_allocation"]} == {
+        "train-0", "infer-a", "infer-b"}
     status, _, hbody = p.get("/health")
     assert status == 200 and json.loads(hbody)["status"] == "ok"
     status, headers, gz = p.get("/metrics", {"Accept-Encoding": "gzip"})
@@ -50,7 +55,7 @@ def test_serves_every_default_field_per_gpu_with_the_exact_label_set(serve) -> N
 
 def test_busy_gpus_follow_the_square_wave_across_scrapes(serve) -> None:  # type: ignore[no-untyped-def]
     # the 20 s / 20 s pattern compressed to 2 s / 2 s so the test takes seconds, not minutes
-    p = serve("--simulate", "4", "-c", "200", "--simulate-burn", "2,2")
+    p = serve("--simulate", "4", "-c", "200", "--simulate-burn", "2,2", "--simulate-scenario", "none")
     p.wait_ready()
     series: dict[str, list[float]] = {str(i): [] for i in range(4)}
     end = time.monotonic() + 8.5
