@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -136,23 +137,17 @@ class PodWatcher:
         """Connect and start watching; wait up to `wait_seconds` for the first list."""
         if self._thread is not None:
             return
-        api = self._connect()
-        if api is None:
+        if not self._node:
+            self._unavailable("NODE_NAME is not set, so the pod watch cannot be limited to this "
+                              "node; set it from spec.nodeName with the downward API")
             return
-        self._thread = threading.Thread(
-            target=self._run, args=(api,), name="podgpu-podwatch", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="podgpu-podwatch", daemon=True)
         self._thread.start()
         self._synced.wait(wait_seconds)
 
     def close(self, timeout: float = 2.0) -> None:
         self._stop.set()
-        resp = self._response
-        if resp is not None:
-            try:
-                resp.close()  # unblocks a watch read
-            except Exception:
-                log.debug("closing the watch response failed", exc_info=True)
+        _interrupt(self._response)
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -163,10 +158,6 @@ class PodWatcher:
                     "without pod names, pod UIDs on allocations or pod labels", why)
 
     def _connect(self) -> Any:
-        if not self._node:
-            self._unavailable("NODE_NAME is not set, so the pod watch cannot be limited to this "
-                              "node; set it from spec.nodeName with the downward API")
-            return None
         try:
             client = importlib.import_module("kubernetes.client")
             cfg = self._configuration
@@ -181,7 +172,11 @@ class PodWatcher:
             self._unavailable(f"{type(exc).__name__}: {exc}")
         return None
 
-    def _run(self, api: Any) -> None:
+    def _run(self) -> None:
+        api = self._connect()  # here, not in start(): importing the client takes ~1 s
+        if api is None:
+            self._synced.set()
+            return
         backoff = 1.0
         while not self._stop.is_set():
             try:
@@ -266,6 +261,21 @@ class PodWatcher:
         self._pods = pods
         self._index = PodIndex.of(pods)
         return new_rv
+
+
+def _interrupt(resp: Any) -> None:
+    """Unblock a thread reading a watch stream: shut the socket down under urllib3's feet
+    (closing the response alone leaves the reader blocked until the server's watch timeout)."""
+    if resp is None:
+        return
+    try:
+        conn = getattr(resp, "connection", None) or getattr(resp, "_connection", None)
+        sock = getattr(conn, "sock", None)
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+        resp.close()
+    except Exception:
+        log.debug("interrupting the watch failed", exc_info=True)
 
 
 def _describe(exc: Exception) -> str:

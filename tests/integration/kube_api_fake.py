@@ -1,0 +1,165 @@
+"""A local HTTP stand-in for the Kubernetes pod list/watch API (GET /api/v1/pods), enough for
+the `kubernetes` client: list with a field selector, watch from a resourceVersion with streamed
+JSON events, 410 Gone for a too-old version, injected HTTP errors. Records every request."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+
+def pod(uid: str, ns: str, name: str, node: str = "n1", labels: dict[str, str] | None = None,
+        containers: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Pod object; `containers` maps container name -> runtime id (bare hex)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"uid": uid, "namespace": ns, "name": name, "labels": labels or {}},
+        "spec": {"nodeName": node},
+        "status": {"containerStatuses": [
+            {"name": n, "containerID": f"containerd://{cid}"} for n, cid in
+            (containers or {}).items()]},
+    }
+
+
+class FakeKubeApi:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.rv = 100
+        self.requests: list[dict[str, list[str]]] = []
+        self.fail_status: int | None = None
+        self.events: list[tuple[int, dict[str, Any]]] = []
+        """Every change with its resourceVersion: a watch from version V replays those after V."""
+        self._watchers: list[queue.Queue[dict[str, Any] | None]] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self) -> FakeKubeApi:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.close_watches()
+        self._server.shutdown()
+        self._server.server_close()
+
+    # --- changes, broadcast to open watches
+    def _emit(self, kind: str, obj: dict[str, Any]) -> None:
+        ev = {"type": kind, "object": json.loads(json.dumps(obj))}
+        if kind != "ERROR":
+            self.events.append((self.rv, ev))
+        for q in list(self._watchers):
+            q.put(ev)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            kind = "MODIFIED" if obj["metadata"]["uid"] in self.pods else "ADDED"
+            self.pods[obj["metadata"]["uid"]] = obj
+            self._emit(kind, obj)
+
+    def delete(self, uid: str) -> None:
+        with self.lock:
+            self.rv += 1
+            obj = self.pods.pop(uid)
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self._emit("DELETED", obj)
+
+    def expire(self) -> None:
+        """Tell open watches their resourceVersion is gone (HTTP 410 as a watch event)."""
+        with self.lock:
+            self._emit("ERROR", {"kind": "Status", "code": 410, "reason": "Expired",
+                                 "message": "too old resource version"})
+
+    def close_watches(self) -> None:
+        for q in list(self._watchers):
+            q.put(None)
+
+    def list_requests(self) -> list[dict[str, list[str]]]:
+        return [r for r in self.requests if r.get("watch") != ["true"]]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                qs = parse_qs(url.query)
+                api.requests.append({"path": [url.path], **qs})
+                if url.path != "/api/v1/pods":
+                    self._json(404, {"kind": "Status", "code": 404})
+                    return
+                if api.fail_status is not None:
+                    self._json(api.fail_status, {"kind": "Status", "code": api.fail_status,
+                                                 "message": "injected"})
+                    return
+                node = qs.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
+                if qs.get("watch") == ["true"]:
+                    since = int(qs.get("resourceVersion", ["0"])[0] or 0)
+                    self._watch(node, since, float(qs.get("timeoutSeconds", ["30"])[0]))
+                    return
+                with api.lock:
+                    items = [p for p in api.pods.values() if p["spec"]["nodeName"] == node]
+                    body = {"kind": "PodList", "apiVersion": "v1",
+                            "metadata": {"resourceVersion": str(api.rv)}, "items": items}
+                self._json(200, body)
+
+            def _json(self, code: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _watch(self, node: str, since: int, timeout: float) -> None:
+                # Chunked, as the real API server streams watches: one JSON event per line.
+                q: queue.Queue[dict[str, Any] | None] = queue.Queue()
+                with api.lock:
+                    for rv, ev in api.events:
+                        if rv > since:
+                            q.put(ev)
+                    api._watchers.append(q)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                deadline = time.monotonic() + timeout
+                try:
+                    while time.monotonic() < deadline:
+                        try:
+                            ev = q.get(timeout=0.05)
+                        except queue.Empty:
+                            continue
+                        if ev is None:
+                            break
+                        obj = ev["object"]
+                        if ev["type"] != "ERROR" and obj["spec"]["nodeName"] != node:
+                            continue
+                        self._chunk(json.dumps(ev).encode() + b"\n")
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except OSError:
+                    pass
+                finally:
+                    api._watchers.remove(q)
+                    self.close_connection = True
+
+        return Handler

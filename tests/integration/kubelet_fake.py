@@ -1,0 +1,90 @@
+"""A real kubelet PodResources v1 gRPC server on a unix socket, for tests (STYLE rule 6).
+
+Serves whatever pods the test sets, can fail `List` with a chosen status, and can be stopped
+(socket removed, as when the kubelet restarts) and started again on the same path.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from podgpu.attribution import podresources_pb2 as pb
+from podgpu.attribution import podresources_pb2_grpc as pb_grpc
+
+
+@dataclass
+class FakeContainer:
+    name: str
+    devices: list[tuple[str, list[str]]] = field(default_factory=list)
+    """(resource name, device ids)"""
+
+
+@dataclass
+class FakePod:
+    namespace: str
+    name: str
+    containers: list[FakeContainer]
+
+
+def gpu_pod(ns: str, name: str, container: str, resource: str, *ids: str) -> FakePod:
+    return FakePod(ns, name, [FakeContainer(container, [(resource, list(ids))])])
+
+
+class _Servicer(pb_grpc.PodResourcesListerServicer):  # type: ignore[misc]
+    def __init__(self, owner: FakeKubelet) -> None:
+        self._owner = owner
+
+    def List(self, request: Any, context: Any) -> Any:
+        with self._owner.lock:
+            self._owner.calls += 1
+            fail = self._owner.fail_with
+            pods = list(self._owner.pods)
+        if fail is not None:
+            context.abort(fail, "injected failure")
+        resp = pb.ListPodResourcesResponse()
+        for p in pods:
+            pr = resp.pod_resources.add(name=p.name, namespace=p.namespace)
+            pr.cpu_ids.extend([1, 2])  # master-only field: must not confuse any client
+            for c in p.containers:
+                cr = pr.containers.add(name=c.name)
+                cr.cpu_ids.append(3)
+                for resource, ids in c.devices:
+                    d = cr.devices.add(resource_name=resource, device_ids=ids)
+                    d.topology.nodes.add(ID=0)
+        return resp
+
+
+class FakeKubelet:
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.lock = threading.Lock()
+        self.pods: list[FakePod] = []
+        self.calls = 0
+        self.fail_with: grpc.StatusCode | None = None
+        self._server: Any = None
+
+    def set_pods(self, pods: list[FakePod]) -> None:
+        with self.lock:
+            self.pods = list(pods)
+
+    def start(self) -> FakeKubelet:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
+        server.add_insecure_port(f"unix:{self.socket_path}")
+        server.start()
+        self._server = server
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and remove the socket, as a kubelet restart does."""
+        if self._server is not None:
+            self._server.stop(grace=None).wait()
+            self._server = None
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
