@@ -44,7 +44,7 @@ def test_prometheus_scrapes_one_series_per_gpu_with_dcgm_labels(serve, tmp_path:
         assert [r["metric"]["pod"] for r in result if r["metric"]["gpu"] == "0"] == ["train-0"]
         # (allocation on the many side: a shared GPU has several allocation series per UUID, so
         # `GPU_UTIL * on(UUID) group_left(pod) podgpu_gpu_allocation` is many-to-many there)
-        at = f"{time.time() - 1:.3f}"  # one evaluation time for both queries
+        at = f"{time.time():.3f}"  # one evaluation time for both queries
         joined = prom.api("query", query="podgpu_gpu_allocation * on(UUID) group_left "
                           "DCGM_FI_DEV_GPU_UTIL", time=at)["result"]
         result = prom.api("query", query="DCGM_FI_DEV_GPU_UTIL", time=at)["result"]
