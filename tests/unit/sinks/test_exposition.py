@@ -169,3 +169,16 @@ def test_promtool_parses_golden_and_podgpu_names_pass_lint(name: str) -> None:
                 "metric name should not include type 'counter'")
     for p in problems:
         assert p.endswith(expected), p
+
+
+def test_a_bad_value_from_a_backend_drops_that_sample_not_the_exposition() -> None:
+    dev = Device(0, "GPU-a", "0000:01:00.0", "nvidia0", "M")
+    snap = Snapshot(taken_at=1.0, samples=(Sample(dev, {
+        "DCGM_FI_DEV_POWER_USAGE": float("nan"), "DCGM_FI_DEV_GPU_UTIL": 7,
+        "DCGM_FI_DEV_SM_CLOCK": "oops", "DCGM_FI_DEV_FB_USED": float("inf")}),))
+    ml = parse_metric_list("DCGM_FI_DEV_POWER_USAGE, gauge, p\nDCGM_FI_DEV_GPU_UTIL, gauge, u\n"
+                           "DCGM_FI_DEV_SM_CLOCK, gauge, c\nDCGM_FI_DEV_FB_USED, gauge, f\n")
+    fams = families(render(snap, ml, RenderOptions(LabelOptions("h"))))
+    assert [s.value for s in fams["DCGM_FI_DEV_GPU_UTIL"]] == [7]
+    for gone in ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED"):
+        assert gone not in fams

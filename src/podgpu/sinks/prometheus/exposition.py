@@ -61,13 +61,15 @@ def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> byte
         lines: list[str] = []
         for sample, series in variants:
             value = sample.values.get(name)
-            if value is not None:
-                text = format_value(value, vtype)
+            text = None if value is None else format_value(value, vtype)
+            if text is not None:
                 lines.extend(f"{name}{{{v[3]}}} {text}\n" for v in series)
             for lv in sample.labeled:
                 if lv.field == name:
                     # exporter labels sort with the other labels, before pod attributes (§4.3)
                     text = format_value(lv.value, vtype)
+                    if text is None:
+                        continue
                     lines.extend(
                         f"{name}{{{label_pairs(ident + tuple(sorted(middle + lv.labels)) + attrs)}}}"
                         f" {text}\n"

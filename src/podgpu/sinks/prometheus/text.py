@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from podgpu.model.device import Value
@@ -24,14 +25,16 @@ def label_pairs(pairs: Iterable[tuple[str, str]]) -> str:
     return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs)
 
 
-def format_value(value: Value, value_type: str) -> str:
-    """dcgm-exporter's formatting: integers as `%d`, doubles as `%f` (six decimals)."""
-    if isinstance(value, str):
-        raise TypeError(f"string value {value!r} where a number belongs")
+def format_value(value: Value, value_type: str) -> str | None:
+    """dcgm-exporter's formatting: integers as `%d`, doubles as `%f` (six decimals).
+
+    None for a value that must not reach the wire (a string, NaN or infinity: a backend bug);
+    the caller drops that one sample instead of failing the whole exposition (STYLE rule 4).
+    """
+    if isinstance(value, str) or not math.isfinite(value):
+        return None
     if value_type == "int":
         return "%d" % value  # noqa: UP031 - printf semantics are the contract here
-    if value != value:  # NaN never reaches the wire (STYLE rule 2)
-        raise ValueError("NaN value")
     return "%f" % value  # noqa: UP031
 
 
