@@ -7,8 +7,13 @@ Serves whatever pods the test sets, can fail `List` with a chosen status, and ca
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,3 +93,23 @@ class FakeKubelet:
             self._server = None
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
+
+
+@contextmanager
+def socket_path() -> Iterator[str]:
+    """A fresh socket path short enough for AF_UNIX (107 bytes; pytest's tmp_path can exceed)."""
+    d = tempfile.mkdtemp(prefix="pgk")
+    try:
+        yield os.path.join(d, "kubelet.sock")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll `cond` until true; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")

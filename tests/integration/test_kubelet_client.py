@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import grpc
 import pytest
 
 from podgpu.attribution.kubelet import ContainerDevices, PodResourcesClient, PodResourcesState
-from tests.integration.kubelet_fake import FakeContainer, FakeKubelet, FakePod, gpu_pod
+from tests.integration.kubelet_fake import (
+    FakeContainer,
+    FakeKubelet,
+    FakePod,
+    gpu_pod,
+    socket_path,
+    wait_for,
+)
 
 U = "GPU-0a1b2c3d-1111-2222-3333-444455556666"
 M = "MIG-2ce7a541-c516-5dbc-a76e-26cc100d9b55"
@@ -22,9 +26,8 @@ EVERY_FORM = [U, f"{U}::0", f"{U}::1", M, f"{M}::7", f"MIG-{U}/3/0", "nvidia0",
 
 @pytest.fixture
 def sock() -> Iterator[str]:
-    d = tempfile.mkdtemp(prefix="pgk")  # short: unix socket paths are limited to 107 bytes
-    yield str(Path(d) / "kubelet.sock")
-    shutil.rmtree(d, ignore_errors=True)
+    with socket_path() as path:
+        yield path
 
 
 @pytest.fixture
@@ -32,15 +35,6 @@ def kubelet(sock: str) -> Iterator[FakeKubelet]:
     k = FakeKubelet(sock).start()
     yield k
     k.stop()
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 def test_every_device_id_form_arrives_intact(kubelet: FakeKubelet, sock: str) -> None:

@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 
 from podgpu.attribution.podwatch import PodWatcher
 from tests.integration.kube_api_fake import FakeKubeApi, pod
-from tests.integration.test_kubelet_client import wait_for
+from tests.integration.kubelet_fake import wait_for
 
 CID = "c" * 64
 
