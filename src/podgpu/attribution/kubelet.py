@@ -30,6 +30,8 @@ for a large node."""
 LIST_TIMEOUT_SECONDS = 10.0
 """Kubelet's defaultPodResourcesTimeout and dcgm-exporter's List timeout."""
 DEFAULT_MAX_BACKOFF_SECONDS = 10.0
+MIN_POLL_SECONDS = 0.1
+"""At most 10 List calls a second, a tenth of the kubelet's 100 QPS budget for the whole node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +93,7 @@ class PodResourcesClient:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._socket = socket_path
-        self._interval = max(0.05, poll_interval_seconds)
+        self._interval = max(MIN_POLL_SECONDS, poll_interval_seconds)
         self._max_backoff = max(self._interval, max_backoff_seconds)
         self._timeout = timeout_seconds
         self._clock = clock
@@ -186,6 +188,13 @@ class PodResourcesClient:
                 log.debug("closing the kubelet channel failed", exc_info=True)
 
 
+_CONNECT_ERRORS = (
+    ("No such file or directory", "no such file (is the kubelet running, is the path mounted?)"),
+    ("Connection refused", "connection refused"),
+    ("Permission denied", "permission denied"),
+)
+
+
 def _describe(exc: Exception, socket_path: str) -> str:
     """A short reason for `/health` and the log, without gRPC's multi-line debug strings."""
     code = getattr(exc, "code", None)
@@ -197,6 +206,9 @@ def _describe(exc: Exception, socket_path: str) -> str:
         except Exception:
             name, text = type(exc).__name__, ""
         if name == "UNAVAILABLE":
-            return f"kubelet socket {socket_path}: {text or 'unavailable'}"
+            for needle, short in _CONNECT_ERRORS:
+                if needle in text:
+                    return f"kubelet socket {socket_path}: {short}"
+            return f"kubelet socket {socket_path}: {text or 'unavailable'}"[:300]
         return f"List failed: {name}: {text}"[:300]
     return f"{type(exc).__name__}: {exc}"[:300]
