@@ -22,6 +22,14 @@ from podgpu.errors import ConfigError
 from podgpu.model import Allocation, ContainerRef, GpuProcess
 
 _LABEL_BAD = re.compile(r"[^a-zA-Z0-9_]")
+RESERVED_LABELS = frozenset({
+    "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname",
+    "GPU_I_PROFILE", "GPU_I_ID", "container", "namespace", "pod", "pod_uid", "vgpu",
+    "DCGM_FI_DRIVER_VERSION", "err_code", "err_msg", "window_size_in_ms", "xid", "source",
+    "stage", "state", "le", "quantile", "job", "instance",
+})
+"""Label names podgpu's own series use (or Prometheus assigns): a pod label sanitised to one of
+these would give a series the same label twice, which makes the whole exposition invalid."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +103,10 @@ def filter_labels(
     for key, value in labels:
         if opts.label_allowlist and not any(p.search(key) for p in opts.label_allowlist):
             continue
-        out.setdefault(sanitize_label_name(key), value)
+        name = sanitize_label_name(key)
+        if name in RESERVED_LABELS or name.startswith("__"):
+            continue  # e.g. a pod label `pod` or `device`: it would clash with podgpu's own
+        out.setdefault(name, value)  # `a.b` and `a_b` both give `a_b`: the first (sorted) wins
     return tuple(sorted(out.items()))
 
 

@@ -19,6 +19,7 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,6 +166,7 @@ class PodWatcher:
                 config = importlib.import_module("kubernetes.config")
                 cfg = client.Configuration()
                 config.load_incluster_config(client_configuration=cfg)
+                cfg.retries = 0  # this module retries with backoff; no urllib3 retry warnings
             return client.CoreV1Api(client.ApiClient(cfg))
         except ImportError as exc:
             self._unavailable(f"the kubernetes package is not installed: {exc}")
@@ -183,7 +185,10 @@ class PodWatcher:
                 rv = self._list(api)
                 backoff = 1.0
                 while not self._stop.is_set():
+                    started = time.monotonic()
                     rv = self._watch(api, rv)
+                    if time.monotonic() - started < 1.0:  # a proxy closing watches at once:
+                        self._stop.wait(1.0)  # do not spin
             except _Gone:
                 continue
             except Exception as exc:

@@ -33,6 +33,10 @@ UID_ = UID.replace("-", "_")
         (f"4:memory:/kubepods/burstable/pod{UID}/{C64}", CgroupIdentity(UID, C64)),
         (f"0::/kubepods/besteffort/pod{UID}/{C64}", CgroupIdentity(UID, C64)),
         (f"0::/kubepods/pod{UID}/{C64}", CgroupIdentity(UID, C64)),
+        # kind / a kubelet with --cgroup-root: the pod slice is nested one level deeper
+        (f"0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
+         f"kubelet-kubepods-besteffort-pod{UID_}.slice/cri-containerd-{C64}.scope",
+         CgroupIdentity(UID, C64)),
         # private cgroup namespace: leading ../ entries
         (f"0::/../../kubepods-burstable-pod{UID_}.slice/cri-containerd-{C64}.scope",
          CgroupIdentity(UID, C64)),

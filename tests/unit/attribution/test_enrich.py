@@ -107,6 +107,15 @@ def test_pod_uid_and_labels_only_when_enabled_and_allowed() -> None:
     assert other[0].container == ContainerRef("ml", "new", "c")
 
 
+def test_pod_labels_that_would_clash_with_series_labels_are_dropped() -> None:
+    pod = PodInfo("u", "ml", "p", (("pod", "x"), ("device", "y"), ("UUID", "z"), ("__x", "1"),
+                                   ("a.b", "first"), ("a_b", "second"), ("ok", "1")))
+    opts = EnrichOptions(enable_pod_labels=True)
+    (a,), _ = allocations([entry("p", "c", "nvidia.com/gpu", G0)], INDEX,
+                          PodIndex.of({"u": pod}), opts)
+    assert a.container.pod_labels == (("a_b", "first"), ("ok", "1"))
+
+
 def test_allowlist_parsing() -> None:
     assert compile_allowlist(None) == ()
     assert compile_allowlist("") == ()
