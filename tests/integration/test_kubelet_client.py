@@ -150,3 +150,11 @@ def test_answers_above_grpcs_4mib_default_are_received(kubelet: FakeKubelet, soc
         assert not state.ok and "RESOURCE_EXHAUSTED" in state.reason
     finally:
         client.close()
+
+
+def test_method_name_is_the_generated_services() -> None:
+    from podgpu.attribution import podresources_pb2 as pb
+    from podgpu.attribution.kubelet import LIST_METHOD
+
+    service = pb.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    assert f"/{service.full_name}/{service.methods_by_name['List'].name}" == LIST_METHOD

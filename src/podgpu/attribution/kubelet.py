@@ -30,6 +30,7 @@ for a large node."""
 LIST_TIMEOUT_SECONDS = 10.0
 """Kubelet's defaultPodResourcesTimeout and dcgm-exporter's List timeout."""
 DEFAULT_MAX_BACKOFF_SECONDS = 10.0
+LIST_METHOD = "/v1.PodResourcesLister/List"
 MIN_POLL_SECONDS = 0.1
 """At most 10 List calls a second, a tenth of the kubelet's 100 QPS budget for the whole node."""
 
@@ -162,7 +163,6 @@ class PodResourcesClient:
             # Heavy and untyped: imported only here, where they are used (DESIGN.md).
             grpc: Any = importlib.import_module("grpc")
             pb: Any = importlib.import_module("podgpu.attribution.podresources_pb2")
-            pb_grpc: Any = importlib.import_module("podgpu.attribution.podresources_pb2_grpc")
 
             self._channel = grpc.insecure_channel(
                 f"unix://{self._socket}",
@@ -173,10 +173,17 @@ class PodResourcesClient:
                     ("grpc.max_reconnect_backoff_ms", int(self._max_backoff * 1000)),
                 ],
             )
-            stub = pb_grpc.PodResourcesListerStub(self._channel)
+            # The method by its documented wire name rather than through the generated
+            # PodResourcesListerStub: that module refuses to import under a grpcio older than the
+            # grpcio-tools that generated it, which would tie podgpu to the newest grpcio.
+            call = self._channel.unary_unary(
+                LIST_METHOD,
+                request_serializer=pb.ListPodResourcesRequest.SerializeToString,
+                response_deserializer=pb.ListPodResourcesResponse.FromString,
+            )
             request = pb.ListPodResourcesRequest()
             timeout = self._timeout
-            self._list = lambda: stub.List(request, timeout=timeout)
+            self._list = lambda: call(request, timeout=timeout)
         return flatten(self._list())
 
     def _close_channel(self) -> None:
