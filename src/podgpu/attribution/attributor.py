@@ -21,7 +21,7 @@ from podgpu.attribution.enrich import (
     compile_allowlist,
     resolve_processes,
 )
-from podgpu.attribution.kubelet import DEFAULT_SOCKET, PodResourcesClient
+from podgpu.attribution.kubelet import DEFAULT_SOCKET, ContainerDevices, PodResourcesClient
 from podgpu.attribution.podwatch import PodIndex, PodWatcher
 from podgpu.errors import ConfigError
 from podgpu.model import Allocation, Device, GpuProcess
@@ -57,6 +57,9 @@ class KubeletAttributor:
         self._index_cache: dict[tuple[Device, ...], DeviceIndex] = {}
         self._reported: dict[str, int] = {"kubelet": 0, "cgroups": 0, "podwatch": 0}
         self._logged_unmatched: set[str] = set()
+        self._memo: tuple[
+            tuple[Device, ...], tuple[ContainerDevices, ...], PodIndex, tuple[Allocation, ...]
+        ] | None = None
 
     def start(self) -> None:
         # Each start waits at most ~1 s for its first answer, so the first snapshot is attributed.
@@ -89,15 +92,7 @@ class KubeletAttributor:
         pods = self._watcher.index if self._watcher is not None else PodIndex()
         allocs: tuple[Allocation, ...] = ()
         if state.ok:
-            index = index_for(devices, self._id_type, self._index_cache)
-            allocs, unmatched = allocations(state.entries, index, pods, self._opts)
-            for u in unmatched:
-                if u.device_id in self._logged_unmatched:
-                    continue
-                if len(self._logged_unmatched) < _MAX_LOGGED_UNMATCHED:
-                    self._logged_unmatched.add(u.device_id)
-                    log.warning("device id %r (%s) of pod %s/%s matches no device: %s",
-                                u.device_id, u.resource, u.namespace, u.pod, u.why)
+            allocs = self._allocations(devices, state.entries, pods)
         pids = [p.pid for p in processes if p.container is None]
         identities = self._cgroups.resolve(pids) if pids else {}
         resolved = resolve_processes(processes, identities, pods, self._opts)
@@ -107,6 +102,25 @@ class KubeletAttributor:
             status="ok" if state.ok else f"unavailable: {state.reason}",
             errors=self._new_errors(state.errors),
         )
+
+    def _allocations(
+        self, devices: tuple[Device, ...], entries: tuple[ContainerDevices, ...], pods: PodIndex
+    ) -> tuple[Allocation, ...]:
+        """The join, redone only when its inputs changed (they rarely do between cycles)."""
+        memo = self._memo
+        if memo is not None and memo[2] is pods and memo[0] == devices and memo[1] == entries:
+            return memo[3]
+        index = index_for(devices, self._id_type, self._index_cache)
+        allocs, unmatched = allocations(entries, index, pods, self._opts)
+        self._memo = (devices, entries, pods, allocs)
+        for u in unmatched:
+            if u.device_id in self._logged_unmatched:
+                continue
+            if len(self._logged_unmatched) < _MAX_LOGGED_UNMATCHED:
+                self._logged_unmatched.add(u.device_id)
+                log.warning("device id %r (%s) of pod %s/%s matches no device: %s",
+                            u.device_id, u.resource, u.namespace, u.pod, u.why)
+        return allocs
 
     def _new_errors(self, kubelet_errors: int) -> tuple[tuple[str, int], ...]:
         totals = {
