@@ -42,6 +42,8 @@ class PodInfo:
     name: str
     labels: tuple[tuple[str, str], ...] = ()
     containers: tuple[tuple[str, str], ...] = ()
+    created: str = ""
+    """metadata.creationTimestamp (RFC 3339, so it sorts as text); '' when absent."""
 
     def container_name(self, container_id: str) -> str:
         for cid, name in self.containers:
@@ -79,6 +81,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
         name=str(meta.get("name") or ""),
         labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
         containers=tuple(containers),
+        created=str(meta.get("creationTimestamp") or ""),
     )
 
 
@@ -91,7 +94,13 @@ class PodIndex:
 
     @classmethod
     def of(cls, pods: Mapping[str, PodInfo]) -> PodIndex:
-        return cls(dict(pods), {(p.namespace, p.name): p for p in pods.values()})
+        """Index `pods` (by UID). A name held by two UIDs (a StatefulSet pod re-created while
+        the old one terminates) resolves to the newer pod, which is the one the kubelet lists
+        with devices."""
+        by_name: dict[tuple[str, str], PodInfo] = {}
+        for p in sorted(pods.values(), key=lambda p: (p.created, p.uid)):
+            by_name[(p.namespace, p.name)] = p
+        return cls(dict(pods), by_name)
 
 
 class _Gone(Exception):

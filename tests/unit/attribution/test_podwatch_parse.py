@@ -8,7 +8,8 @@ from podgpu.attribution.podwatch import PodIndex, PodInfo, bare_container_id, pa
 def pod_json(uid: str = "u-1", **status: object) -> dict[str, object]:
     return {
         "metadata": {"uid": uid, "namespace": "ml", "name": "train",
-                     "labels": {"team": "a", "app": "x"}, "resourceVersion": "12"},
+                     "labels": {"team": "a", "app": "x"}, "resourceVersion": "12",
+                     "creationTimestamp": "2026-12-02T10:00:00Z"},
         "spec": {"nodeName": "n1"},
         "status": status,
     }
@@ -22,7 +23,8 @@ def test_parse_pod_maps_every_started_container() -> None:
         ephemeralContainerStatuses=[{"name": "debug", "containerID": "docker://" + "c" * 64}],
     ))
     assert info == PodInfo("u-1", "ml", "train", (("app", "x"), ("team", "a")),
-                           (("a" * 64, "init"), ("b" * 64, "main"), ("c" * 64, "debug")))
+                           (("a" * 64, "init"), ("b" * 64, "main"), ("c" * 64, "debug")),
+                           "2026-12-02T10:00:00Z")
     assert info.container_name("b" * 64) == "main"
     assert info.container_name("z" * 64) == ""
 
@@ -47,3 +49,12 @@ def test_index_by_uid_and_name() -> None:
     idx = PodIndex.of({"u1": a, "u2": b})
     assert idx.by_uid["u2"] is b
     assert idx.by_name[("ns", "a")] is a
+
+
+def test_a_name_held_twice_resolves_to_the_newer_pod() -> None:
+    old = PodInfo("u-old", "db", "pg-0", created="2026-12-01T09:00:00Z")
+    new = PodInfo("u-new", "db", "pg-0", created="2026-12-02T09:00:00Z")
+    for order in ({"u-new": new, "u-old": old}, {"u-old": old, "u-new": new}):
+        idx = PodIndex.of(order)
+        assert idx.by_name[("db", "pg-0")] is new
+        assert set(idx.by_uid) == {"u-old", "u-new"}  # processes of either still resolve
