@@ -9,6 +9,7 @@ caught, counted under source 'attribution' and answered with the processes uncha
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -62,10 +63,14 @@ class KubeletAttributor:
         ] | None = None
 
     def start(self) -> None:
-        # Each start waits at most ~1 s for its first answer, so the first snapshot is attributed.
-        self._kubelet.start()
+        # Both start at once; together they wait at most ~1 s for first answers, so the first
+        # snapshot is attributed when the kubelet and the API are there.
+        deadline = time.monotonic() + 1.0
         if self._watcher is not None:
-            self._watcher.start()
+            self._watcher.start(wait_seconds=0)
+        self._kubelet.start(wait_seconds=1.0)
+        if self._watcher is not None:
+            self._watcher.wait_synced(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
         self._kubelet.close()

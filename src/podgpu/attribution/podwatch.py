@@ -153,7 +153,12 @@ class PodWatcher:
             return
         self._thread = threading.Thread(target=self._run, name="podgpu-podwatch", daemon=True)
         self._thread.start()
-        self._synced.wait(wait_seconds)
+        if wait_seconds > 0:
+            self._synced.wait(wait_seconds)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the first list (or for giving up); True once done."""
+        return self._synced.wait(timeout)
 
     def close(self, timeout: float = 2.0) -> None:
         self._stop.set()
