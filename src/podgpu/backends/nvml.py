@@ -182,15 +182,31 @@ class NvmlBackend:
         gpu.rate_prev = {}
         gpu.gpm_reason = gpm_support(lib, handle)
         if gpu.gpm_reason is None:
-            try:
-                gpu.gpm = GpmStream(lib, handle, clock=self._clock)
-                gpu.instance_gpm = {i.gi_id: GpmStream(lib, handle, i.gi_id, clock=self._clock)
-                                    for i in instances}
-            except lib.error as exc:
-                if lib.is_lost(exc):
-                    raise
-                gpu.free_gpm()
-                gpu.gpm_reason = f"GPM sampling failed: {lib.reason(lib.code(exc))}"
+            gpu.gpm, why = self._gpm_stream(gpu, None)
+            gpu.instance_gpm = self._instance_streams(gpu)
+            if gpu.gpm is None:
+                gpu.gpm_reason = why
+
+    def _gpm_stream(self, gpu: GpuState, gi_id: int | None) -> tuple[GpmStream | None, str]:
+        """A GPM stream for the whole GPU or one GPU instance; None and why when NVML refuses
+        (e.g. whole-GPU GPM on a MIG-enabled GPU, while per-instance GPM works)."""
+        lib = self._require()
+        try:
+            return GpmStream(lib, gpu.handle, gi_id, clock=self._clock), ""
+        except lib.error as exc:
+            if lib.is_lost(exc):
+                raise
+            return None, f"GPM sampling failed: {lib.reason(lib.code(exc))}"
+
+    def _instance_streams(self, gpu: GpuState) -> dict[int, GpmStream]:
+        streams: dict[int, GpmStream] = {}
+        for inst in gpu.instances:
+            stream, why = self._gpm_stream(gpu, inst.gi_id)
+            if stream is None:
+                log.warning("%s/gi%d: %s", gpu.name, inst.gi_id, why)
+            else:
+                streams[inst.gi_id] = stream
+        return streams
 
     def _log_capabilities(self) -> None:
         for gpu in self._gpus:
@@ -231,7 +247,7 @@ class NvmlBackend:
     def unavailable_fields(self) -> dict[str, str]:
         out = dict(self._unknown)
         known = [g for g in self._gpus if g.device is not None]
-        if known and all(g.gpm_reason is not None for g in known):
+        if known and all(g.gpm_reason is not None and not g.instance_gpm for g in known):
             why = "; ".join(sorted({g.gpm_reason or "" for g in known}))
             out.update({f.name: why for f in CATALOG if f.source.kind == "gpm"})
         if self._events is not None and known:
@@ -336,11 +352,9 @@ class NvmlBackend:
                 stream.close()
             gpu.instances = instances
             gpu.instance_gpm = {}
-            if gpu.gpm is not None:
+            if gpm_support(lib, gpu.handle) is None:
                 try:
-                    gpu.instance_gpm = {i.gi_id: GpmStream(lib, gpu.handle, i.gi_id,
-                                                          clock=self._clock)
-                                        for i in instances}
+                    gpu.instance_gpm = self._instance_streams(gpu)
                 except lib.error as exc:
                     log.warning("%s: GPM on MIG instances failed: %s", gpu.name, exc)
 

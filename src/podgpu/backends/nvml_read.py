@@ -285,10 +285,10 @@ def read_processes(lib: Lib, gpu: GpuState) -> tuple[GpuProcess, ...]:
     if gpu.instances:
         out: list[GpuProcess] = []
         for inst in gpu.instances:
-            for pid, mem in _running(lib, inst.handle).items():
+            for pid, mem in _running(lib, inst.handle, f"{gpu.name}/gi{inst.gi_id}").items():
                 out.append(GpuProcess(inst.device.key, pid, mem, None))
         return tuple(out)
-    running = _running(lib, gpu.handle)
+    running = _running(lib, gpu.handle, gpu.name)
     if not running:
         return ()
     util = _utilization(lib, gpu)
@@ -300,7 +300,7 @@ def read_processes(lib: Lib, gpu: GpuState) -> tuple[GpuProcess, ...]:
     )
 
 
-def _running(lib: Lib, handle: Any) -> dict[int, int | None]:
+def _running(lib: Lib, handle: Any, who: str) -> dict[int, int | None]:
     procs: dict[int, int | None] = {}
     for fn_name in ("nvmlDeviceGetComputeRunningProcesses",
                     "nvmlDeviceGetGraphicsRunningProcesses"):
@@ -312,7 +312,7 @@ def _running(lib: Lib, handle: Any) -> dict[int, int | None]:
         except lib.error as exc:
             if lib.is_lost(exc):
                 raise
-            lib.log_once(str(handle), fn_name, lib.reason(lib.code(exc)))
+            lib.log_once(who, fn_name, lib.reason(lib.code(exc)))
             continue
         for p in listed:
             mem = getattr(p, "usedGpuMemory", None)

@@ -133,3 +133,19 @@ def test_mig_reconfiguration_is_picked_up() -> None:
     finally:
         b.close()
     assert [s.device.mig_gi_id for s in r.samples] == [None, 2, 3]
+
+
+def test_instances_keep_gpm_when_whole_gpu_gpm_is_refused() -> None:
+    gpu = mig_gpu([mig(1, "3g.40gb", 40192), mig(2, "3g.40gb", 40192)])
+    gpu.errors["nvmlGpmSampleGet"] = 3  # NotSupported for the whole GPU with MIG on
+    b = open_backend(FakeNvml([gpu]))
+    try:
+        r = b.read(fields("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+        unavailable = b.unavailable_fields()
+    finally:
+        b.close()
+    parent, gi1, gi2 = r.samples
+    assert "GPM sampling failed" in parent.missing["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+    assert gi1.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.51)
+    assert gi2.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.52)
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in unavailable
