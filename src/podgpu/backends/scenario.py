@@ -110,6 +110,7 @@ class Scenario:
         by_index = {d.index: d for d in devices if not d.is_mig}
         out: list[GpuProcess] = []
         pid = _FIRST_PID
+        used: dict[int, float] = defaultdict(float)  # share of each GPU handed out so far
         for c in self.containers:
             for g in c.gpus:
                 dev = by_index.get(g.gpu)
@@ -117,7 +118,10 @@ class Scenario:
                     pid += g.processes
                     continue
                 util, fb_bytes = usage(dev)
-                mem = int(fb_bytes * g.share)
+                # Cumulative rounding, so the parts of one GPU add up to exactly its FB_USED.
+                before = used[g.gpu]
+                used[g.gpu] += g.share
+                mem = round(fb_bytes * used[g.gpu]) - round(fb_bytes * before)
                 for k in range(g.processes):
                     part = mem // g.processes + (mem % g.processes if k == 0 else 0)
                     out.append(GpuProcess(
