@@ -35,7 +35,7 @@ def make_app(publisher: Publisher, *, interval: float, backend: str) -> web.Appl
             return web.Response(status=503, text="no collection has completed yet\n",
                                 headers=_NOSNIFF)
         headers = {"Content-Type": CONTENT_TYPE, **_NOSNIFF}
-        if "gzip" in request.headers.get("Accept-Encoding", ""):
+        if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             headers["Content-Encoding"] = "gzip"
             return web.Response(body=pub.body_gzip, headers=headers)
         return web.Response(body=pub.body, headers=headers)
@@ -73,6 +73,29 @@ async def serve_until_stopped(app: web.Application, host: str | None, port: int)
         log.info("stopping")
     finally:
         await runner.cleanup()
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """True when the client takes gzip: named (or `*`) with a q-value above 0 (RFC 9110 §12.5.3).
+
+    An explicit gzip entry wins over `*`."""
+    star: float | None = None
+    for part in accept_encoding.split(","):
+        coding, *params = (x.strip() for x in part.split(";"))
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        coding = coding.lower()
+        if coding in ("gzip", "x-gzip"):
+            return q > 0
+        if coding == "*":
+            star = q
+    return star is not None and star > 0
 
 
 def _bound(runner: web.AppRunner) -> list[str]:

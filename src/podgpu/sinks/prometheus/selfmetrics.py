@@ -24,7 +24,8 @@ def render_self_metrics(
 
     out.append(family_header(
         "podgpu_collect_duration_seconds",
-        "Wall time of each stage of the last collection cycle (render: the previous cycle's).",
+        "Wall time of each stage of the last collection cycle (render: the previous cycle's); "
+        "total is their sum.",
         "gauge"))
     total = 0.0
     for st in snapshot.stages:
@@ -32,6 +33,7 @@ def render_self_metrics(
         out.append(f'podgpu_collect_duration_seconds{{stage="{st.name}"}} '
                    f"{format_seconds(st.duration_seconds)}\n")
     for name, seconds in timings:
+        total += seconds
         out.append(f'podgpu_collect_duration_seconds{{stage="{name}"}} {format_seconds(seconds)}\n')
     out.append(f'podgpu_collect_duration_seconds{{stage="total"}} {format_seconds(total)}\n')
 
