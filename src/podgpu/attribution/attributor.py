@@ -58,6 +58,7 @@ class KubeletAttributor:
         self._index_cache: dict[tuple[Device, ...], DeviceIndex] = {}
         self._reported: dict[str, int] = {"kubelet": 0, "cgroups": 0, "podwatch": 0}
         self._logged_unmatched: set[str] = set()
+        self._no_pods = PodIndex()  # one instance, so the memoised join hits without a watcher
         self._memo: tuple[
             tuple[Device, ...], tuple[ContainerDevices, ...], PodIndex, tuple[Allocation, ...]
         ] | None = None
@@ -94,7 +95,7 @@ class KubeletAttributor:
         self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]
     ) -> Attribution:
         state = self._kubelet.state
-        pods = self._watcher.index if self._watcher is not None else PodIndex()
+        pods = self._watcher.index if self._watcher is not None else self._no_pods
         allocs: tuple[Allocation, ...] = ()
         if state.ok:
             allocs = self._allocations(devices, state.entries, pods)
