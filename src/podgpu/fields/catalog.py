@@ -247,10 +247,12 @@ CATALOG: tuple[Field, ...] = (
     _f("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", 439, "counter", "int", "count",
        "Total number of NVLink recovery errors.",
        _fv("NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")),
+    # DCGM publishes (TX+RX KiB now - before) / seconds / 1000 in "MB/s" (reference/nvml.md §1);
+    # the same arithmetic keeps the numbers comparable with dcgm-exporter's.
     _f("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449, "counter", "int", "MB/s",
        "Total number of NVLink bandwidth counters for all lanes.",
        Source("rate", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
-              arg="NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", scale=1.024)),
+              arg="NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", scale=0.001)),
     # --- vGPU
     _f("DCGM_FI_DEV_VGPU_LICENSE_STATUS", 526, "gauge", "int", "bool", "vGPU License status",
        _call("nvmlDeviceGetGridLicensableFeatures")),

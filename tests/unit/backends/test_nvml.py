@@ -280,21 +280,20 @@ def test_nvlink_bandwidth_is_a_rate_of_the_counters() -> None:
     nv = FakeNvml(gpus(1), clock=clock)
     g = nv.gpus[0]
     g.unsupported -= {"NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"}
-    g.values["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"] = 1000
-    g.values["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"] = 3000
+    g.values["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"] = 1_000_000
+    g.values["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"] = 3_000_000
     b = opened(nv, clock)
     try:
         first = b.read(fields("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")).samples[0]
         assert "two samples" in first.missing["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
-        g.values["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"] = 3000
-        g.values["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"] = 5000
+        g.values["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"] = 3_000_000
+        g.values["NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX"] = 5_000_000
         clock.advance(2.0)
         second = b.read(fields("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")).samples[0]
     finally:
         b.close()
-    scale = BY_NAME["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].source.scale
-    # +4000 KiB over 2 s = 2000 KiB/s, times the catalog's unit factor
-    assert second.values["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == int(2000 * scale)
+    # +4 000 000 KiB over 2 s = 2 000 000 KiB/s; DCGM divides by 1000 into "MB/s"
+    assert second.values["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == 2000
 
 
 # --- GPM
