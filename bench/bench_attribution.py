@@ -21,12 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from podgpu.attribution.attributor import KubeletAttributor  # noqa: E402
-from podgpu.attribution.cgroups import CgroupReader  # noqa: E402
-from podgpu.attribution.kubelet import PodResourcesClient  # noqa: E402
-from podgpu.backends.simulated import MODELS, SimulatedBackend  # noqa: E402
-from podgpu.model import GpuProcess  # noqa: E402
-from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path, wait_for  # noqa: E402
+from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path, wait_for
+
+from podgpu.attribution.attributor import KubeletAttributor
+from podgpu.attribution.cgroups import CgroupReader
+from podgpu.attribution.kubelet import PodResourcesClient
+from podgpu.backends.simulated import MODELS, SimulatedBackend
+from podgpu.model import GpuProcess
 
 
 def pct(values: list[float], q: float) -> float:
