@@ -49,6 +49,13 @@ def test_prometheus_scrapes_one_series_per_gpu_with_dcgm_labels(serve, tmp_path:
                           "DCGM_FI_DEV_GPU_UTIL", time=at)["result"]
         result = prom.api("query", query="DCGM_FI_DEV_GPU_UTIL", time=at)["result"]
         assert sorted(r["metric"]["pod"] for r in joined) == ["infer-a", "infer-b", "train-0"]
+        # the other queries docs/attribution.md shows are accepted and evaluate
+        for q in ("podgpu_gpu_allocation * on(UUID, GPU_I_ID) group_left "
+                  "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                  "podgpu_gpu_allocation * on(UUID) group_left max by (UUID) "
+                  "(max_over_time(DCGM_FI_DEV_GPU_UTIL[30m])) == 0",
+                  "sum by (namespace, pod) (podgpu_pod_gpu_memory_used_bytes)"):
+            assert isinstance(prom.api("query", query=q, time=at)["result"], list)
         util = {r["metric"]["UUID"]: r["value"][1] for r in result}
         for r in joined:
             assert r["value"][1] == util[r["metric"]["UUID"]]
