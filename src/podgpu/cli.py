@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from podgpu import __version__, logs
 from podgpu.attribution.attributor import build_attributor
+from podgpu.attribution.base import Attributor
 from podgpu.backends.base import Backend
 from podgpu.config import Settings, add_serve_arguments, settings_from
 from podgpu.errors import BackendError, ConfigError
@@ -133,6 +134,23 @@ def make_backend(settings: Settings, scenario: Scenario | None = None) -> Backen
     )
 
 
+def make_attributor(settings: Settings, scenario: Scenario | None) -> Attributor | None:
+    """The kubelet attributor with -k, the simulated one for a scenario, else None."""
+    return build_attributor(
+        kubernetes=settings.kubernetes,
+        pod_resources_kubelet_socket=settings.pod_resources_kubelet_socket,
+        kubernetes_gpu_id_type=settings.kubernetes_gpu_id_type,
+        nvidia_resource_names=settings.nvidia_resource_names,
+        kubernetes_enable_pod_uid=settings.kubernetes_enable_pod_uid,
+        kubernetes_enable_pod_labels=settings.kubernetes_enable_pod_labels,
+        kubernetes_pod_label_allowlist_regex=settings.kubernetes_pod_label_allowlist_regex,
+        proc_root=settings.proc_root,
+        node_name=settings.node_name or None,
+        poll_interval_seconds=settings.collect_interval,
+        scenario=scenario,
+    )
+
+
 def cmd_serve(settings: Settings) -> int:
     from podgpu.collect import CollectLoop, Collector
     from podgpu.http.publish import Publisher
@@ -148,19 +166,7 @@ def cmd_serve(settings: Settings) -> int:
         log.warning("%s", w)
     scenario = make_scenario(settings)
     backend = make_backend(settings, scenario)
-    attributor = build_attributor(
-        kubernetes=settings.kubernetes,
-        pod_resources_kubelet_socket=settings.pod_resources_kubelet_socket,
-        kubernetes_gpu_id_type=settings.kubernetes_gpu_id_type,
-        nvidia_resource_names=settings.nvidia_resource_names,
-        kubernetes_enable_pod_uid=settings.kubernetes_enable_pod_uid,
-        kubernetes_enable_pod_labels=settings.kubernetes_enable_pod_labels,
-        kubernetes_pod_label_allowlist_regex=settings.kubernetes_pod_label_allowlist_regex,
-        proc_root=settings.proc_root,
-        node_name=settings.node_name or None,
-        poll_interval_seconds=settings.collect_interval,
-        scenario=scenario,
-    )
+    attributor = make_attributor(settings, scenario)
     backend.open()
     if attributor is not None:
         attributor.start()

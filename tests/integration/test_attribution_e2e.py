@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from podgpu.backends.simulated import MODELS, SimulatedBackend
-from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path
+from tests.integration.kubelet_fake import FakeKubelet, gpu_pod
 
 pytestmark = pytest.mark.integration
 
@@ -22,14 +22,6 @@ INTERVAL = INTERVAL_MS / 1000
 GPUS = SimulatedBackend(4, MODELS["H100"]).devices()  # the UUIDs `--simulate 4` will have
 U = [d.uuid for d in GPUS]
 POD_LABELS = ("pod", "namespace", "container")
-
-
-@pytest.fixture
-def kubelet() -> Iterator[FakeKubelet]:
-    with socket_path() as sock:
-        k = FakeKubelet(sock).start()
-        yield k
-        k.stop()
 
 
 Samples = dict[str, list[Any]]

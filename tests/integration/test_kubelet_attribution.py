@@ -15,7 +15,7 @@ from podgpu.attribution.base import Attribution
 from podgpu.errors import ConfigError
 from podgpu.model import ContainerRef, Device, GpuProcess
 from tests.integration.kube_api_fake import FakeKubeApi, pod
-from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path, wait_for
+from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, wait_for
 
 PROC = Path(__file__).resolve().parents[1] / "fixtures" / "proc"
 G = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3)]
@@ -30,19 +30,6 @@ UID_4101 = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
 CID_4101 = "3f1e0a3b1c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7"
 UID_4103 = "7d0e4c1a-22b3-4c5d-8e9f-0a1b2c3d4e5f"
 CID_4103 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-
-
-@pytest.fixture
-def sock() -> Iterator[str]:
-    with socket_path() as path:
-        yield path
-
-
-@pytest.fixture
-def kubelet(sock: str) -> Iterator[FakeKubelet]:
-    k = FakeKubelet(sock).start()
-    yield k
-    k.stop()
 
 
 @pytest.fixture

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import grpc
-import pytest
 
 from podgpu.attribution.kubelet import ContainerDevices, PodResourcesClient, PodResourcesState
 from tests.integration.kubelet_fake import (
@@ -14,7 +12,6 @@ from tests.integration.kubelet_fake import (
     FakeKubelet,
     FakePod,
     gpu_pod,
-    socket_path,
     wait_for,
 )
 
@@ -22,19 +19,6 @@ U = "GPU-0a1b2c3d-1111-2222-3333-444455556666"
 M = "MIG-2ce7a541-c516-5dbc-a76e-26cc100d9b55"
 EVERY_FORM = [U, f"{U}::0", f"{U}::1", M, f"{M}::7", f"MIG-{U}/3/0", "nvidia0",
               "nvidia1/vgpu2", "nvidia2/gi3", "nvidia2/gi3/vgpu4"]
-
-
-@pytest.fixture
-def sock() -> Iterator[str]:
-    with socket_path() as path:
-        yield path
-
-
-@pytest.fixture
-def kubelet(sock: str) -> Iterator[FakeKubelet]:
-    k = FakeKubelet(sock).start()
-    yield k
-    k.stop()
 
 
 def test_every_device_id_form_arrives_intact(kubelet: FakeKubelet, sock: str) -> None:
