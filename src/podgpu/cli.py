@@ -26,6 +26,9 @@ from podgpu.fields.metriclist import MetricList, load_default, load_metric_list,
 
 if TYPE_CHECKING:
     from podgpu.backends.scenario import Scenario
+    from podgpu.model import Snapshot
+    from podgpu.sinks.cloudwatch import EmfSink
+    from podgpu.sinks.prometheus.labels import LabelOptions
 
 log = logging.getLogger("podgpu")
 COMMANDS = ("serve", "fields", "burn")
@@ -151,6 +154,49 @@ def make_attributor(settings: Settings, scenario: Scenario | None) -> Attributor
     )
 
 
+def make_emf_sink(settings: Settings, metrics: MetricList, label_opts: LabelOptions) -> EmfSink:
+    """The CloudWatch EMF sink from --cloudwatch-config and the --emf-* flags (ConfigError on bad
+    input, before anything starts)."""
+    from podgpu.sinks.cloudwatch import EmfSink, load_emf_config
+    from podgpu.sinks.cloudwatch.declarations import DEFAULT_LOG_GROUP
+    from podgpu.sinks.cloudwatch.destinations import make_destination, parse_target
+    from podgpu.sinks.cloudwatch.encode import Encoder
+    from podgpu.sinks.cloudwatch.queue import EventQueue
+    from podgpu.sinks.cloudwatch.series import SeriesBuilder, SeriesOptions
+
+    assert settings.cloudwatch_config is not None
+    config = load_emf_config(settings.cloudwatch_config)
+    for w in config.warnings:
+        log.warning("%s", w)
+    target = parse_target(settings.emf_destination)
+    cluster = settings.cluster_name or config.cluster_name
+    group = settings.emf_log_group or config.log_group_name or DEFAULT_LOG_GROUP
+    if "{ClusterName}" in group and not cluster:
+        raise ConfigError(
+            f"the log group {group!r} needs a cluster name: pass --cluster-name NAME (or set "
+            "cluster_name in the agent config, or --emf-log-group)")
+    group = group.replace("{ClusterName}", cluster).replace("{NodeName}", settings.hostname)
+    if not cluster and any("ClusterName" in s for d in config.declarations for s in d.dimensions):
+        log.warning("EMF: no cluster name (--cluster-name): dimension sets naming ClusterName "
+                    "will be dropped")
+    stream = settings.emf_log_stream or settings.hostname
+    opts = SeriesOptions(labels=label_opts, job=settings.emf_job,
+                         instance=f"{settings.hostname}:{settings.port}", cluster_name=cluster,
+                         node_name=settings.hostname, extra=settings.emf_labels)
+    route = (group, stream) if target.kind in ("tcp", "udp") else None
+    encoder = Encoder(config, storage_resolution=settings.emf_storage_resolution,
+                      keep_unmatched=settings.emf_keep_unmatched, route=route)
+    destination = make_destination(target, log_group=group, log_stream=stream,
+                                   region=settings.aws_region,
+                                   endpoint_url=settings.emf_endpoint_url,
+                                   create_log_group=settings.emf_create_log_group)
+    queue = EventQueue(settings.emf_queue_bytes, settings.emf_spool_dir)
+    log.info("EMF: %s every %g s to %s (log group %s, stream %s), namespace %s", config.path,
+             settings.emf_interval, target, group, stream, config.namespace)
+    return EmfSink(SeriesBuilder(metrics, opts), encoder, queue, destination,
+                   interval=settings.emf_interval)
+
+
 def cmd_serve(settings: Settings) -> int:
     from podgpu.collect import CollectLoop, Collector
     from podgpu.http.publish import Publisher
@@ -164,6 +210,15 @@ def cmd_serve(settings: Settings) -> int:
     metrics = load_metrics(settings)
     for w in metrics.warnings:
         log.warning("%s", w)
+    label_opts = LabelOptions(
+        hostname=settings.hostname,
+        hostname_label=settings.hostname_label,
+        replace_blanks_in_model_name=settings.replace_blanks_in_model_name,
+        virtual_gpus=settings.kubernetes_virtual_gpus,
+        pod_uid=settings.kubernetes_enable_pod_uid,
+        pod_labels=settings.kubernetes_enable_pod_labels,
+    )
+    emf = make_emf_sink(settings, metrics, label_opts) if settings.cloudwatch_config else None
     scenario = make_scenario(settings)
     backend = make_backend(settings, scenario)
     attributor = make_attributor(settings, scenario)
@@ -184,32 +239,36 @@ def cmd_serve(settings: Settings) -> int:
         if gone:
             log.warning("these listed fields are unavailable on this node and will be absent: %s "
                         "(%s)", ", ".join(gone), unavailable[gone[0]])
-        label_opts = LabelOptions(
-            hostname=settings.hostname,
-            hostname_label=settings.hostname_label,
-            replace_blanks_in_model_name=settings.replace_blanks_in_model_name,
-            virtual_gpus=settings.kubernetes_virtual_gpus,
-            pod_uid=settings.kubernetes_enable_pod_uid,
-            pod_labels=settings.kubernetes_enable_pod_labels,
-        )
         build = (("version", __version__), ("backend", backend.name),
                  ("driver_version", info.get("driver_version", "")),
                  ("python_version", sys.version.split()[0]))
 
         def render_snapshot(snapshot, timings):  # type: ignore[no-untyped-def]
-            return render(snapshot, metrics, RenderOptions(label_opts, build, timings))
+            body = render(snapshot, metrics, RenderOptions(label_opts, build, timings))
+            return body + emf.render_metrics().encode() if emf is not None else body
 
         publisher = Publisher(render_snapshot)
+
+        def on_snapshot(snapshot: Snapshot, seconds: float) -> None:
+            if emf is not None:
+                emf.offer(snapshot)  # appends to the open window; sending is on its own thread
+            publisher.publish(snapshot, seconds)
+
         collector = Collector(backend, metrics.fields, attributor=attributor,
                               want_processes=attributor is not None)
-        loop = CollectLoop(collector, settings.collect_interval, publisher.publish)
+        loop = CollectLoop(collector, settings.collect_interval, on_snapshot)
+        if emf is not None:
+            emf.start()
         loop.run_once()  # the first /metrics is valid as soon as the port accepts
         loop.start()
-        app = make_app(publisher, interval=settings.collect_interval, backend=backend.name)
+        app = make_app(publisher, interval=settings.collect_interval, backend=backend.name,
+                       sinks={"emf": emf.health} if emf is not None else None)
         try:
             asyncio.run(serve_until_stopped(app, settings.host, settings.port))
         finally:
             loop.stop()
+            if emf is not None:
+                emf.stop()
     finally:
         if attributor is not None:
             attributor.close()

@@ -24,6 +24,9 @@ DEFAULT_COLLECT_INTERVAL_MS = 1000  # measured: bench/RESULTS.md "Choosing the d
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_WINDOW_MS = 300_000
 MIN_COLLECT_INTERVAL_MS = 100
+DEFAULT_EMF_INTERVAL = 60.0
+DEFAULT_EMF_QUEUE_BYTES = 16 * 1024 * 1024  # measured: bench/RESULTS.md "EMF queue sizing"
+MAX_EMF_INTERVAL = 3600.0
 
 
 def parse_bool(text: str) -> bool:
@@ -63,6 +66,22 @@ class Settings:
     kubernetes_enable_pod_labels: bool = False
     kubernetes_pod_label_allowlist_regex: tuple[str, ...] = ()
     proc_root: str = "/proc"
+    # CloudWatch EMF sink (docs/cloudwatch.md); off unless cloudwatch_config is set
+    cloudwatch_config: str | None = None
+    emf_destination: str = "cloudwatch"
+    cluster_name: str = ""
+    aws_region: str | None = None
+    emf_endpoint_url: str | None = None
+    emf_log_group: str | None = None
+    emf_log_stream: str | None = None
+    emf_create_log_group: bool = True
+    emf_interval: float = DEFAULT_EMF_INTERVAL
+    emf_storage_resolution: int = 60
+    emf_queue_bytes: int = DEFAULT_EMF_QUEUE_BYTES
+    emf_spool_dir: str | None = None
+    emf_keep_unmatched: bool = False
+    emf_labels: tuple[tuple[str, str], ...] = ()
+    emf_job: str = "podgpu"
     node_name: str = ""
     """NODE_NAME from the environment ('' when unset): scopes the pod watch to this node."""
     warnings: tuple[str, ...] = field(default=())
@@ -84,6 +103,8 @@ class Option:
     parse: Callable[[str], Any] = str
     is_bool: bool = False
     metavar: str | None = None
+    append: bool = False
+    """Repeatable flag; the values are joined with commas before `parse`."""
 
 
 def _ms(text: str) -> int:
@@ -105,6 +126,49 @@ def _burn(text: str) -> tuple[float, float]:
 
 def _csv(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {text!r}") from None
+    if not (value == value and 1.0 <= value <= MAX_EMF_INTERVAL):  # value == value: not NaN
+        raise ValueError(f"must be between 1 and {MAX_EMF_INTERVAL:g} seconds, got {text!r}")
+    return value
+
+
+def _resolution(text: str) -> int:
+    if text.strip() not in ("1", "60"):
+        raise ValueError(f"use 1 (high resolution) or 60 (standard), got {text!r}")
+    return int(text)
+
+
+def _size(text: str) -> int:
+    """Bytes, with an optional K/M/G (binary) suffix: 16M = 16 MiB."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    digits = t[:-1] if scale != 1 else t
+    if not digits.isdigit() or int(digits) * scale < 64 * 1024 or int(digits) * scale > 1 << 34:
+        raise ValueError(f"expected a size between 64K and 16G such as 16M, got {text!r}")
+    return int(digits) * scale
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:.\-]{0,249}")
+
+
+def _labels(text: str) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for item in _csv(text):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not _LABEL_NAME.fullmatch(key) or not value.strip():
+            raise ValueError(f"expected KEY=VALUE with a label name and a non-empty value, "
+                             f"got {item!r}")
+        if len(value.strip()) > 1024:
+            raise ValueError(f"{key}: a CloudWatch dimension value is at most 1024 characters")
+        out.append((key, value.strip()))
+    return tuple(out)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -166,6 +230,50 @@ OPTIONS: tuple[Option, ...] = (
            "comma-separated regexes of pod label keys to copy", _csv, metavar="REGEXES"),
     Option(("--proc-root",), "proc_root", "PODGPU_PROC_ROOT", "/proc",
            "where the host's /proc is mounted (GPU process -> cgroup -> pod)", metavar="PATH"),
+    # --- CloudWatch EMF sink (docs/cloudwatch.md)
+    Option(("--cloudwatch-config",), "cloudwatch_config", "PODGPU_CLOUDWATCH_CONFIG", None,
+           "send EMF to CloudWatch using this CloudWatch agent config (its emf_processor "
+           "metric_declaration), the whole agent JSON or just the emf_processor object",
+           metavar="FILE"),
+    Option(("--emf-destination",), "emf_destination", "PODGPU_EMF_DESTINATION", "cloudwatch",
+           "cloudwatch (PutLogEvents), stdout, tcp://HOST:PORT or udp://HOST:PORT (the agent's "
+           "EMF listener, port 25888)", metavar="DEST"),
+    Option(("--cluster-name",), "cluster_name", "PODGPU_CLUSTER_NAME", "",
+           "the ClusterName label and log group name (default: the config's cluster_name)",
+           metavar="NAME"),
+    Option(("--aws-region",), "aws_region", "AWS_REGION", None,
+           "AWS region of CloudWatch Logs (default: the AWS SDK's own lookup)", metavar="REGION"),
+    Option(("--emf-endpoint-url",), "emf_endpoint_url", "PODGPU_EMF_ENDPOINT_URL", None,
+           "CloudWatch Logs endpoint URL (VPC endpoints, emulators)", metavar="URL"),
+    Option(("--emf-log-group",), "emf_log_group", "PODGPU_EMF_LOG_GROUP", None,
+           "log group (default: the config's log_group_name, else "
+           "/aws/containerinsights/{ClusterName}/prometheus)", metavar="NAME"),
+    Option(("--emf-log-stream",), "emf_log_stream", "PODGPU_EMF_LOG_STREAM", None,
+           "log stream (default: the node name, one stream per node)", metavar="NAME"),
+    Option(("--emf-create-log-group",), "emf_create_log_group", "PODGPU_EMF_CREATE_LOG_GROUP",
+           True, "create the log group when it is missing", parse_bool, True),
+    Option(("--emf-interval",), "emf_interval", "PODGPU_EMF_INTERVAL", DEFAULT_EMF_INTERVAL,
+           "seconds per EMF event; every collected sample is kept in its value arrays",
+           _seconds, metavar="SECONDS"),
+    Option(("--emf-storage-resolution",), "emf_storage_resolution",
+           "PODGPU_EMF_STORAGE_RESOLUTION", 60,
+           "CloudWatch storage resolution: 60 (standard) or 1 (high resolution)", _resolution,
+           metavar="1|60"),
+    Option(("--emf-queue-bytes",), "emf_queue_bytes", "PODGPU_EMF_QUEUE_BYTES",
+           DEFAULT_EMF_QUEUE_BYTES, "bound of the unsent-event queue (e.g. 16M); past it the "
+           "oldest events are dropped and counted", _size, metavar="SIZE"),
+    Option(("--emf-spool-dir",), "emf_spool_dir", "PODGPU_EMF_SPOOL_DIR", None,
+           "keep unsent events in this directory too, so they survive a restart", metavar="DIR"),
+    Option(("--emf-keep-unmatched",), "emf_keep_unmatched", "PODGPU_EMF_KEEP_UNMATCHED", False,
+           "also send series no declaration extracts, as plain (billed) log events", parse_bool,
+           True),
+    Option(("--emf-label",), "emf_labels", "PODGPU_EMF_LABELS", (),
+           "extra label KEY=VALUE on every EMF series (repeatable, or comma-separated), e.g. "
+           "Service=nvidia-dcgm-exporter for the seed post's declarations", _labels,
+           metavar="KEY=VALUE", append=True),
+    Option(("--emf-job",), "emf_job", "PODGPU_EMF_JOB", "podgpu",
+           "the job label EMF series carry (the agent adds its scrape job's name)",
+           metavar="NAME"),
 )
 
 # dcgm-exporter flags podgpu does not implement. Ignored with a warning: podgpu's output is the
@@ -233,6 +341,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         if opt.is_bool:
             parser.add_argument(*opt.flags, dest=opt.dest, nargs="?", const="true", default=None,
                                 metavar="BOOL", help=opt.help + env_help)
+        elif opt.append:
+            parser.add_argument(*opt.flags, dest=opt.dest, action="append", default=None,
+                                metavar=opt.metavar, help=opt.help + env_help)
         else:
             parser.add_argument(*opt.flags, dest=opt.dest, default=None, metavar=opt.metavar,
                                 help=opt.help + env_help)
@@ -265,6 +376,8 @@ def settings_from(
     warnings: list[str] = []
     for opt in OPTIONS:
         raw = getattr(ns, opt.dest, None)
+        if isinstance(raw, list):
+            raw = ",".join(raw)
         source = f"{opt.flags[-1]}"
         if raw is None and env.get(opt.env) not in (None, ""):
             raw, source = env[opt.env], f"environment variable {opt.env}"
@@ -323,6 +436,14 @@ def settings_from(
             raise ConfigError(
                 f"--kubernetes-pod-label-allowlist-regex {rx!r}: not a valid regex: {exc}"
             ) from None
+    if not values["cloudwatch_config"]:
+        emf_set = [o.flags[-1] for o in OPTIONS if o.dest.startswith("emf_")
+                   and values[o.dest] != o.default]
+        if emf_set:
+            raise ConfigError(f"{emf_set[0]} needs --cloudwatch-config FILE (the EMF sink is off)")
+    if values["emf_interval"] * 1000 < values["collect_interval_ms"]:
+        raise ConfigError(f"--emf-interval {values['emf_interval']:g}: shorter than the collect "
+                          f"interval ({values['collect_interval_ms']} ms)")
     if values["simulate_scenario"] and not values["simulate"]:
         raise ConfigError("--simulate-scenario needs --simulate N")
     host, port = _parse_address(values["address"])

@@ -10,7 +10,9 @@ import json
 import logging
 import signal
 import time
+from collections.abc import Callable, Mapping
 from importlib import resources
+from typing import Any
 
 from aiohttp import web
 
@@ -23,7 +25,10 @@ log = logging.getLogger(__name__)
 _NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 
 
-def make_app(publisher: Publisher, *, interval: float, backend: str) -> web.Application:
+def make_app(publisher: Publisher, *, interval: float, backend: str,
+             sinks: Mapping[str, Callable[[], dict[str, Any]]] | None = None) -> web.Application:
+    """`sinks`: name -> status callable for /health's body (e.g. the EMF destination); a
+    failing sink is reported there but never turns /health into 503."""
     landing = (
         resources.files("podgpu.http").joinpath("landing.html").read_text(encoding="utf-8")
         .replace("{backend}", backend).replace("{version}", __version__).encode()
@@ -42,6 +47,8 @@ def make_app(publisher: Publisher, *, interval: float, backend: str) -> web.Appl
 
     async def health_handler(_request: web.Request) -> web.Response:
         status, body = health(publisher.current, time.time(), interval, backend)
+        for name, status_of in (sinks or {}).items():
+            body[name] = status_of()
         return web.Response(status=status, text=json.dumps(body) + "\n",
                             content_type="application/json", headers=_NOSNIFF)
 

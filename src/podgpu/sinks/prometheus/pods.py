@@ -57,16 +57,7 @@ def render_pod_families(snapshot: Snapshot, opts: LabelOptions) -> str:
             "gauge"))
         out.extend(alloc_lines)
 
-    mem: dict[tuple[str, ContainerRef], int] = defaultdict(int)
-    util: dict[tuple[str, ContainerRef], float] = defaultdict(float)
-    for p in snapshot.processes:
-        if p.container is None or p.device_key not in devices:
-            continue
-        k = (p.device_key, _strip_labels(p.container))
-        if p.used_memory_bytes is not None:
-            mem[k] += p.used_memory_bytes
-        if p.sm_util_percent is not None:
-            util[k] += p.sm_util_percent / 100.0
+    mem, util = pod_usage(snapshot, devices)
     for name, help_text, table in (
         (MEMORY, "GPU memory used by the container's processes on this device (bytes).", mem),
         (UTIL, "Sum of the container's per-process SM utilization on this device (0..1).", util),
@@ -80,6 +71,23 @@ def render_pod_families(snapshot: Snapshot, opts: LabelOptions) -> str:
             text = str(value) if isinstance(value, int) else format_seconds(min(value, 1.0))
             out.append(f"{name}{{{_ordered(ident, attrs)}}} {text}\n")
     return "".join(out)
+
+
+def pod_usage(snapshot: Snapshot, devices: dict[str, Device]
+              ) -> tuple[dict[tuple[str, ContainerRef], int], dict[tuple[str, ContainerRef], float]]:
+    """Per (device key, container): GPU memory in bytes and SM utilization ratio, summed over the
+    container's processes on that device. Shared with the CloudWatch sink so both agree."""
+    mem: dict[tuple[str, ContainerRef], int] = defaultdict(int)
+    util: dict[tuple[str, ContainerRef], float] = defaultdict(float)
+    for p in snapshot.processes:
+        if p.container is None or p.device_key not in devices:
+            continue
+        k = (p.device_key, _strip_labels(p.container))
+        if p.used_memory_bytes is not None:
+            mem[k] += p.used_memory_bytes
+        if p.sm_util_percent is not None:
+            util[k] += p.sm_util_percent / 100.0
+    return mem, util
 
 
 def _strip_labels(ref: ContainerRef) -> ContainerRef:

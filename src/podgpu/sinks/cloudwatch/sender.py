@@ -1,0 +1,164 @@
+"""Sends queued EMF events in batches within PutLogEvents' limits, retrying until they land.
+
+Limits (reference/cloudwatch.md §5.1): at most 1,048,576 bytes counting 26 bytes per event, at
+most 10,000 events, chronological, at most 24 h between the first and last event; events older
+than 14 days are refused by CloudWatch, so they are counted as rejected instead of sent. Failed
+sends are retried with capped exponential backoff and jitter (throttling, 5xx, timeouts, broken
+connections, and credential errors, which an IRSA token or a fixed policy can cure); the queue
+keeps everything meanwhile. Only a request CloudWatch calls invalid is given up, and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from podgpu.sinks.cloudwatch.destinations import Destination, SendError
+from podgpu.sinks.cloudwatch.queue import EventQueue
+
+log = logging.getLogger(__name__)
+
+MAX_SPAN_MS = 24 * 3600 * 1000
+MAX_AGE_MS = 14 * 24 * 3600 * 1000 - 3600 * 1000  # an hour inside CloudWatch's 14 days
+DEFAULT_BACKOFF_BASE = 0.5
+DEFAULT_BACKOFF_CAP = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class EmfStats:
+    """A consistent copy of the sender's counters, for /metrics and /health."""
+
+    destination: str
+    sent: int = 0
+    retried: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    queue_bytes: int = 0
+    queue_events: int = 0
+    send_seconds_sum: float = 0.0
+    send_count: int = 0
+    last_success: float | None = None
+    failing: str = ""
+    """Why the last attempt failed ('' while it works)."""
+
+
+class Sender:
+    """Pumps the queue into the destination; owned by the sink's worker thread."""
+
+    def __init__(
+        self,
+        destination: Destination,
+        queue: EventQueue,
+        *,
+        clock: Callable[[], float] = time.time,
+        backoff_base: float = DEFAULT_BACKOFF_BASE,
+        backoff_cap: float = DEFAULT_BACKOFF_CAP,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._dest = destination
+        self._queue = queue
+        self._clock = clock
+        self._base = backoff_base
+        self._cap = backoff_cap
+        self._rng = rng or random.Random()
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._lock = threading.Lock()
+        self._sent = self._retried = self._rejected = 0
+        self._send_sum = 0.0
+        self._send_count = 0
+        self._last_success: float | None = None
+        self._failing = ""
+
+    def stats(self) -> EmfStats:
+        with self._lock:
+            return EmfStats(
+                destination=self._dest.name, sent=self._sent, retried=self._retried,
+                rejected=self._rejected, dropped=self._queue.dropped,
+                queue_bytes=self._queue.bytes, queue_events=len(self._queue),
+                send_seconds_sum=self._send_sum, send_count=self._send_count,
+                last_success=self._last_success, failing=self._failing)
+
+    def pump(self, deadline: float | None = None) -> float | None:
+        """Send due batches until the queue is empty, a send fails, or `deadline` passes.
+
+        Returns how many seconds to wait before the next attempt (None: nothing queued)."""
+        while True:
+            now = self._clock()
+            if now < self._next_attempt:
+                return self._next_attempt - now
+            if deadline is not None and now >= deadline:
+                return 0.0
+            self._expire(now)
+            batch = self._queue.peek(self._dest.max_batch_events, self._dest.max_batch_bytes,
+                                     MAX_SPAN_MS)
+            if not batch:
+                return None
+            if not self._send([(ts, m) for ts, m, _ in batch]):
+                return max(0.0, self._next_attempt - self._clock())
+
+    def _send(self, batch: list[tuple[int, str]]) -> bool:
+        t0 = time.perf_counter()
+        try:
+            rejected = self._dest.send(batch)
+        except SendError as exc:
+            elapsed = time.perf_counter() - t0
+            with self._lock:
+                self._send_sum += elapsed
+                self._send_count += 1
+                self._retried += len(batch) if exc.retryable else 0
+            if not exc.retryable:
+                log.error("EMF: %s; %d event(s) given up", exc, len(batch))
+                with self._lock:
+                    self._rejected += len(batch)
+                    self._failing = str(exc)
+                self._queue.ack(len(batch))
+                return True
+            self._failures += 1
+            delay = min(self._cap, self._base * 2 ** min(self._failures - 1, 30))
+            delay = delay / 2 + self._rng.uniform(0, delay / 2)
+            self._next_attempt = self._clock() + delay
+            with self._lock:
+                changed = self._failing != str(exc)
+                self._failing = str(exc)
+            if changed or self._failures in (1, 10, 100) or self._failures % 1000 == 0:
+                log.warning("EMF: send to %s failed (%s), attempt %d; %d event(s) queued, "
+                            "retrying in %.1f s", self._dest.name, exc, self._failures,
+                            len(self._queue), delay)
+            return False
+        elapsed = time.perf_counter() - t0
+        if self._failures:
+            log.info("EMF: %s accepts events again after %d failed attempt(s)", self._dest.name,
+                     self._failures)
+        self._failures = 0
+        with self._lock:
+            self._send_sum += elapsed
+            self._send_count += 1
+            self._sent += len(batch) - rejected
+            self._rejected += rejected
+            self._last_success = self._clock()
+            self._failing = ""
+        if rejected:
+            log.warning("EMF: %s refused %d event(s) as too old or too new", self._dest.name,
+                        rejected)
+        self._queue.ack(len(batch))
+        return True
+
+    def _expire(self, now: float) -> None:
+        """Events CloudWatch would refuse for age are counted as rejected, not sent."""
+        oldest = now * 1000 - MAX_AGE_MS
+        expired = 0
+        while True:
+            head = self._queue.peek(1, 1 << 30, MAX_SPAN_MS)
+            if not head or head[0][0] >= oldest:
+                break
+            self._queue.ack(1)
+            expired += 1
+        if expired:
+            log.warning("EMF: %d queued event(s) older than 14 days given up", expired)
+            with self._lock:
+                self._rejected += expired

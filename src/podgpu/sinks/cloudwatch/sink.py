@@ -1,0 +1,157 @@
+"""The EMF sink: a second consumer of each snapshot, beside the Prometheus exposition.
+
+On the collect thread `offer()` only appends the cycle's values to the open window (a few
+microseconds per series). Encoding, queueing and sending run on the sink's own thread, so neither
+a scrape nor the next collection ever waits on CloudWatch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from podgpu.model import Snapshot
+from podgpu.sinks.cloudwatch.destinations import Destination
+from podgpu.sinks.cloudwatch.encode import Encoder
+from podgpu.sinks.cloudwatch.queue import EventQueue
+from podgpu.sinks.cloudwatch.sender import EmfStats, Sender
+from podgpu.sinks.cloudwatch.series import SeriesBuilder
+from podgpu.sinks.cloudwatch.window import ClosedWindow, WindowAccumulator
+from podgpu.sinks.prometheus.text import family_header, format_seconds
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECONDS = 5.0
+
+
+class EmfSink:
+    def __init__(
+        self,
+        builder: SeriesBuilder,
+        encoder: Encoder,
+        queue: EventQueue,
+        destination: Destination,
+        *,
+        interval: float,
+        sender: Sender | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._builder = builder
+        self._encoder = encoder
+        self._queue = queue
+        self._dest = destination
+        self._acc = WindowAccumulator(interval, encoder.wanted)
+        self._sender = sender or Sender(destination, queue, clock=clock)
+        self._handoff: deque[ClosedWindow] = deque()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="podgpu-emf", daemon=True)
+        self._encode_seconds = 0.0
+
+    # --- collect thread ----------------------------------------------------------------------
+
+    def offer(self, snapshot: Snapshot) -> None:
+        """Add one snapshot; hand a closed window to the sink's thread. Never blocks."""
+        closed = self._acc.add(snapshot.taken_at, self._builder.series(snapshot))
+        if closed is not None:
+            self._handoff.append(closed)
+            self._wake.set()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Close the open window and try for `grace` seconds to send what is queued; events still
+        queued stay in the spool directory when there is one."""
+        closed = self._acc.close()
+        if closed is not None:
+            self._handoff.append(closed)
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(grace + 1.0)
+        else:
+            self._drain()
+            self._sender.pump(deadline=time.time() + grace)
+        left = len(self._queue)
+        if left:
+            log.warning("EMF: %d event(s) unsent at shutdown%s", left,
+                        " (kept in the spool directory)" if self._queue.spool_dir else "")
+        self._dest.close()
+
+    def _run(self) -> None:
+        wait: float | None = None
+        while True:
+            self._wake.wait(wait)
+            self._wake.clear()
+            try:
+                self._drain()
+                if self._stopping.is_set():
+                    self._sender.pump(deadline=time.time() + STOP_GRACE_SECONDS)
+                    return
+                wait = self._sender.pump()
+            except Exception:  # a bug here must not end EMF delivery for the process
+                log.exception("EMF sink failed; retrying")
+                wait = 5.0
+
+    def _drain(self) -> None:
+        while self._handoff:
+            window = self._handoff.popleft()
+            t0 = time.perf_counter()
+            events = self._encoder.encode(window)
+            self._encode_seconds = time.perf_counter() - t0
+            dropped = self._queue.put(window.timestamp_ms, events)
+            if dropped:
+                log.warning("EMF: queue over --emf-queue-bytes; dropped the %d oldest event(s)",
+                            dropped)
+
+    # --- observability -----------------------------------------------------------------------
+
+    def stats(self) -> EmfStats:
+        return self._sender.stats()
+
+    def health(self) -> dict[str, Any]:
+        """The `emf` entry of /health: it never makes /health fail (GPU metrics are fine)."""
+        s = self.stats()
+        body: dict[str, Any] = {"destination": s.destination,
+                                "status": f"failing: {s.failing}" if s.failing else "ok",
+                                "queued_events": s.queue_events}
+        if s.last_success is not None:
+            body["last_success_age_seconds"] = round(max(0.0, time.time() - s.last_success), 1)
+        return body
+
+    def render_metrics(self) -> str:
+        return render_emf_metrics(self.stats(), self._encode_seconds)
+
+
+def render_emf_metrics(s: EmfStats, encode_seconds: float = 0.0) -> str:
+    out = [family_header(
+        "podgpu_emf_events_total",
+        "EMF events by outcome: sent, retried (attempts that failed and will be repeated), "
+        "rejected (refused for good), dropped (oldest, past --emf-queue-bytes).", "counter")]
+    for result, n in (("sent", s.sent), ("retried", s.retried), ("rejected", s.rejected),
+                      ("dropped", s.dropped)):
+        out.append(f'podgpu_emf_events_total{{result="{result}"}} {n}\n')
+    out.append(family_header("podgpu_emf_queue_bytes",
+                             "Bytes of EMF events waiting to be sent (26 bytes per event included).",
+                             "gauge"))
+    out.append(f"podgpu_emf_queue_bytes {s.queue_bytes}\n")
+    out.append(family_header("podgpu_emf_send_duration_seconds",
+                             "Time spent in sends to the EMF destination.", "summary"))
+    out.append(f"podgpu_emf_send_duration_seconds_sum {format_seconds(s.send_seconds_sum)}\n")
+    out.append(f"podgpu_emf_send_duration_seconds_count {s.send_count}\n")
+    out.append(family_header("podgpu_emf_encode_duration_seconds",
+                             "Time the last interval's EMF documents took to build.", "gauge"))
+    out.append(f"podgpu_emf_encode_duration_seconds {format_seconds(encode_seconds)}\n")
+    if s.last_success is not None:
+        out.append(family_header("podgpu_emf_last_success_timestamp_seconds",
+                                 "When the EMF destination last accepted a batch (Unix time).",
+                                 "gauge"))
+        out.append(f"podgpu_emf_last_success_timestamp_seconds {format_seconds(s.last_success)}\n")
+    return "".join(out)

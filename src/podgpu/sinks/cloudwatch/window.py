@@ -1,0 +1,95 @@
+"""One EMF interval's samples, per label set and metric, gathered cheaply on the collect thread.
+
+Gauges keep every sample of the interval (1 s collection, 60 s interval: 60 values), so
+CloudWatch's Max, Min and percentiles see one-second peaks at per-minute cost. Counters become
+deltas as the CloudWatch agent makes them (reference/cloudwatch.md §3): the first sample of a
+series only seeds, a value below the previous one is a reset and sends the new value. Deltas are
+taken per sample and kept as a distribution, so the interval's Sum is the increase and Max the
+largest one-cycle step. Windows are aligned to the wall clock (multiples of the interval since the
+epoch), so each label set has one event per interval and a minute's samples land in that minute.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from podgpu.sinks.cloudwatch.series import COUNTER, LabelKey
+
+Groups = dict[LabelKey, dict[str, list[float]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedWindow:
+    """A finished interval: its start (Unix seconds) and the values of each label set."""
+
+    start: float
+    groups: Groups = field(default_factory=dict)
+
+    @property
+    def timestamp_ms(self) -> int:
+        return round(self.start * 1000)
+
+
+class WindowAccumulator:
+    """Collects series into the current window; hands back the previous one when it closes."""
+
+    def __init__(self, interval: float, wanted: Callable[[LabelKey, str], bool]) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self._interval = interval
+        self._wanted = wanted
+        self._start: float | None = None
+        self._groups: Groups = {}
+        self._last: dict[tuple[LabelKey, str], tuple[float, float]] = {}
+        """Counter series -> (last raw value, start of the window it was seen in)."""
+
+    @property
+    def start(self) -> float | None:
+        return self._start
+
+    def window_of(self, t: float) -> float:
+        return math.floor(t / self._interval) * self._interval
+
+    def add(self, taken_at: float, series: Iterable[tuple[LabelKey, str, str, float]]
+            ) -> ClosedWindow | None:
+        """Add one cycle's series; return the window this cycle closed, if any."""
+        start = self.window_of(taken_at)
+        closed = None
+        if self._start is not None and start > self._start:
+            closed = self.close()
+        if self._start is None or start > self._start:
+            self._start = start
+        # A snapshot older than the open window (clock stepped back) joins the open window.
+        groups, last, wanted = self._groups, self._last, self._wanted
+        for key, name, kind, value in series:
+            if not wanted(key, name):
+                continue
+            if kind == COUNTER:
+                prev = last.get((key, name))
+                last[(key, name)] = (value, start)
+                if prev is None:
+                    continue  # the first sample seeds the delta, like the agent
+                value = value - prev[0] if value >= prev[0] else value
+            per_key = groups.get(key)
+            if per_key is None:
+                per_key = groups[key] = {}
+            values = per_key.get(name)
+            if values is None:
+                per_key[name] = [value]
+            else:
+                values.append(value)
+        return closed
+
+    def close(self) -> ClosedWindow | None:
+        """Close the open window (also at shutdown); None when it holds nothing."""
+        if self._start is None:
+            return None
+        start, groups = self._start, self._groups
+        self._groups = {}
+        # Forget counters not seen in this window or the one before: a series that went away
+        # seeds again when it returns (the agent's cache forgets after 5 minutes).
+        horizon = start - self._interval
+        self._last = {k: v for k, v in self._last.items() if v[1] >= horizon}
+        return ClosedWindow(start, groups) if groups else None
