@@ -1,0 +1,40 @@
+"""A simulated node driven by a fake clock: real backend, scenario pods, real Collector."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from podgpu.attribution.attributor import build_attributor
+from podgpu.backends.scenario import default_scenario
+from podgpu.backends.simulated import MODELS, SimulatedBackend
+from podgpu.collect import Collector
+from podgpu.fields.metriclist import MetricList, load_default
+from podgpu.model import Snapshot
+from podgpu.sinks.cloudwatch.series import SeriesBuilder, SeriesOptions
+from podgpu.sinks.prometheus.labels import LabelOptions
+from tests.conftest import FakeClock
+
+LABELS = LabelOptions(hostname="node-a")
+OPTS = SeriesOptions(labels=LABELS, job="podgpu", instance="node-a:9400", cluster_name="prod",
+                     node_name="node-a", extra=(("Service", "nvidia-dcgm-exporter"),))
+
+
+class SimNode:
+    def __init__(self, count: int = 4, model: str = "H100", start: float = 1_800_000_000.0,
+                 metrics: MetricList | None = None) -> None:
+        self.clock = FakeClock(start)
+        self.metrics = metrics or load_default()
+        scenario = default_scenario(count)
+        self.backend = SimulatedBackend(count, MODELS[model], clock=self.clock, scenario=scenario)
+        self.backend.open()
+        attributor = build_attributor(kubernetes=False, scenario=scenario)
+        self.collector = Collector(self.backend, self.metrics.fields, attributor=attributor,
+                                   want_processes=True, clock=self.clock)
+
+    def snapshots(self, seconds: int, step: float = 1.0) -> Iterator[Snapshot]:
+        for _ in range(int(seconds / step)):
+            yield self.collector.cycle()
+            self.clock.advance(step)
+
+    def builder(self, opts: SeriesOptions = OPTS) -> SeriesBuilder:
+        return SeriesBuilder(self.metrics, opts)

@@ -1,0 +1,166 @@
+"""The agent's declaration semantics (reference/cloudwatch.md §2.3-2.4), one rule per test."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from podgpu.errors import ConfigError
+from podgpu.sinks.cloudwatch.declarations import load_emf_config, parse_emf_config
+
+SEED = Path(__file__).resolve().parents[3] / "fixtures" / "seed" / "cwagent-config.json"
+
+
+def cfg(*decls: dict[str, object], **emf: object) -> str:
+    return json.dumps({"metric_declaration": list(decls), **emf})
+
+
+def test_seed_config_read_unchanged() -> None:
+    c = load_emf_config(str(SEED))
+    assert c.namespace == "ContainerInsights/Prometheus"
+    assert len(c.declarations) == 1
+    d = c.declarations[0]
+    # dimension sets are sorted alphabetically, as the agent emits them
+    assert d.dimensions == (("ClusterName", "Namespace", "Service", "job", "pod"),)
+    assert d.selects("DCGM_FI_DEV_GPU_UTIL") and not d.selects("DCGM_FI_DEV_GPU_TEMP")
+    assert d.matches_labels({"Service": "nvidia-dcgm-exporter"})
+    assert not d.matches_labels({"Service": "node-exporter"})
+    assert not d.matches_labels({})  # a missing label joins as "", which .*dcgm.* cannot match
+
+
+def test_three_input_shapes_are_equivalent() -> None:
+    emf = {"metric_declaration": [{"source_labels": ["job"], "metric_selectors": ["x"],
+                                   "dimensions": [["job"]]}]}
+    whole = {"agent": {"region": "us-east-1"},
+             "logs": {"metrics_collected": {"prometheus": {"cluster_name": "c",
+                                                           "emf_processor": emf}}}}
+    a = parse_emf_config(json.dumps(whole))
+    b = parse_emf_config(json.dumps({"cluster_name": "c", "emf_processor": emf}))
+    c = parse_emf_config(json.dumps(emf))
+    assert a.declarations == b.declarations == c.declarations
+    assert a.cluster_name == b.cluster_name == "c" and c.cluster_name == ""
+
+
+def test_source_labels_joined_with_separator_missing_as_empty() -> None:
+    c = parse_emf_config(cfg({"source_labels": ["job", "key2"], "label_matcher": "^MY_JOB;$",
+                              "metric_selectors": ["m"], "dimensions": [["job"]]}))
+    d = c.declarations[0]
+    assert d.matches_labels({"job": "MY_JOB"})  # "MY_JOB;" with key2 absent
+    assert not d.matches_labels({"job": "MY_JOB", "key2": "v"})
+
+
+def test_label_separator_is_honoured() -> None:
+    c = parse_emf_config(cfg({"source_labels": ["a", "b"], "label_separator": "|",
+                              "label_matcher": "^x\\|y$", "metric_selectors": ["m"],
+                              "dimensions": [["a"]]}))
+    assert c.declarations[0].matches_labels({"a": "x", "b": "y"})
+    assert not c.declarations[0].matches_labels({"a": "x;y"})
+
+
+def test_regexes_are_unanchored() -> None:
+    c = parse_emf_config(cfg({"source_labels": ["job"], "label_matcher": "dcgm",
+                              "metric_selectors": ["http_requests"], "dimensions": [["job"]]}))
+    d = c.declarations[0]
+    assert d.selects("my_http_requests_total")
+    assert d.matches_labels({"job": "nvidia-dcgm-exporter"})
+
+
+def test_label_matcher_defaults_to_everything() -> None:
+    c = parse_emf_config(cfg({"source_labels": ["nothere"], "metric_selectors": ["m"],
+                              "dimensions": [["a"]]}))
+    assert c.declarations[0].matches_labels({})
+
+
+def test_union_and_dedup_of_dimension_sets_across_declarations() -> None:
+    c = parse_emf_config(cfg(
+        {"source_labels": ["job"], "metric_selectors": ["^m$"],
+         "dimensions": [["job", "gpu"], ["job"], ["gpu", "job", "gpu"]]},
+        {"source_labels": ["job"], "metric_selectors": ["^m$", "^n$"],
+         "dimensions": [["job"], ["pod"], ["ClusterName"]]},
+    ))
+    labels = {"job": "j", "gpu": "0", "pod": "p"}
+    plan = c.directives_for(labels, ["m", "n", "other"])
+    as_dict = {names: sets for names, sets in plan}
+    # m is selected by both: union, de-duplicated, each set sorted; ClusterName set dropped
+    assert as_dict[("m",)] == (("gpu", "job"), ("job",), ("pod",))
+    assert as_dict[("n",)] == (("job",), ("pod",))
+    assert all("other" not in names for names, _ in plan)
+
+
+def test_set_naming_a_missing_label_is_dropped_not_the_declaration() -> None:
+    c = parse_emf_config(cfg({"source_labels": ["job"], "metric_selectors": ["m"],
+                              "dimensions": [["job", "pod"], ["job"]]}))
+    assert c.directives_for({"job": "j"}, ["m"]) == [(("m",), (("job",),))]
+    only_pod = parse_emf_config(cfg({"source_labels": ["job"], "metric_selectors": ["m"],
+                                     "dimensions": [["pod"]]}))
+    assert only_pod.directives_for({"job": "j"}, ["m"]) == []
+
+
+def test_empty_dimension_set_means_no_dimensions() -> None:
+    c = parse_emf_config(cfg({"source_labels": ["job"], "metric_selectors": ["m"],
+                              "dimensions": [[]]}))
+    assert c.directives_for({"job": "j"}, ["m"]) == [(("m",), ((),))]
+
+
+def test_declaration_without_selectors_is_skipped_with_a_warning() -> None:
+    c = parse_emf_config(cfg({"source_labels": ["job"], "dimensions": [["job"]]},
+                             {"source_labels": ["job"], "metric_selectors": ["m"],
+                              "dimensions": [["job"]]}))
+    assert [d.index for d in c.declarations] == [1]
+    assert any("metric_declaration[0] has no metric_selectors" in w for w in c.warnings)
+
+
+def test_up_to_30_dimensions_accepted() -> None:
+    dims = [f"l{i}" for i in range(30)]
+    c = parse_emf_config(cfg({"source_labels": ["job"], "metric_selectors": ["m"],
+                              "dimensions": [dims]}))
+    assert len(c.declarations[0].dimensions[0]) == 30
+
+
+@pytest.mark.parametrize(("text", "expect"), [
+    (cfg({"source_labels": ["job"], "metric_selectors": ["DCGM_(", "x"], "dimensions": []}),
+     "metric_declaration[0].metric_selectors[0]: invalid regular expression"),
+    (cfg({"source_labels": ["job"], "label_matcher": "[", "metric_selectors": ["x"]}),
+     "metric_declaration[0].label_matcher: invalid regular expression"),
+    (cfg({"source_labels": ["job"], "metric_selectors": ["x"], "dimension": [["a"]]}),
+     "metric_declaration[0]: unknown key 'dimension'"),
+    (cfg({"source_labels": "job", "metric_selectors": ["x"]}),
+     "metric_declaration[0].source_labels: expected a list, got a string"),
+    (cfg({"source_labels": ["job"], "metric_selectors": [1]}),
+     "metric_declaration[0].metric_selectors[0]: expected a string, got a number"),
+    (cfg({"source_labels": ["job"], "metric_selectors": ["x"], "dimensions": [["a"]]},
+         {"source_labels": ["job"], "metric_selectors": ["x"],
+          "dimensions": [[f"d{i}" for i in range(31)]]}),
+     "metric_declaration[1].dimensions[0]: 31 dimensions"),
+    (cfg({"source_labels": ["job"], "metric_selectors": ["x"], "dimensions": ["job"]}),
+     "metric_declaration[0].dimensions[0]: expected a list, got a string"),
+    (cfg(metric_unit={"m": "Percentage"}), "metric_unit.m: 'Percentage' is not a CloudWatch unit"),
+    (json.dumps({"metric_declaration": {}}), "metric_declaration: expected a list, got an object"),
+    (json.dumps({"logs": {"metrics_collected": {"prometheus": {"emf_processor": {},
+                                                               "scrape_interval": 1}}}}),
+     "logs.metrics_collected.prometheus: unknown key 'scrape_interval'"),
+    (json.dumps({"logs": {"metrics_collected": {}}}), "has no logs.metrics_collected.prometheus"),
+    (json.dumps({"cluster_name": "c"}), "has no emf_processor"),
+    ("{\n  \"metric_declaration\": [,]\n}", "<config>:2:26: not valid JSON"),
+    ("[1]", "expected a JSON object"),
+    (cfg(metric_namespace=""), "metric_namespace: must be 1 to 1024 characters"),
+])
+def test_bad_configs_name_the_declaration_and_key(text: str, expect: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_emf_config(text)
+    assert expect in str(err.value)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_emf_config(str(tmp_path / "missing.json"))
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(b'{"metric_namespace": "\xe9"}')
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_emf_config(str(bad))
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match=r"nested too deeply|expected a JSON object"):
+        load_emf_config(str(deep))

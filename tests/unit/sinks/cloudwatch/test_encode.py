@@ -1,0 +1,141 @@
+"""EMF documents: directives, units, value distributions, splitting, unmatched series."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from podgpu.sinks.cloudwatch.declarations import load_emf_config, parse_emf_config
+from podgpu.sinks.cloudwatch.encode import MAX_VALUES, Encoder, distribution
+from podgpu.sinks.cloudwatch.series import GAUGE
+from podgpu.sinks.cloudwatch.window import ClosedWindow, WindowAccumulator
+from tests.unit.sinks.cloudwatch.simnode import SimNode
+
+SEED = Path(__file__).resolve().parents[3] / "fixtures" / "seed" / "cwagent-config.json"
+EXAMPLE = Path(__file__).resolve().parents[4] / "deploy" / "cloudwatch" / "podgpu-declarations.json"
+
+
+def one_minute(node: SimNode, encoder: Encoder) -> list[dict[str, object]]:
+    builder = node.builder()
+    acc = WindowAccumulator(60.0, encoder.wanted)
+    node.clock.now -= node.clock.now % 60
+    for snap in node.snapshots(60):
+        acc.add(snap.taken_at, builder.series(snap))
+    closed = acc.close()
+    assert closed is not None
+    return [json.loads(line) for line in encoder.encode(closed)]
+
+
+def test_seed_config_yields_per_pod_gpu_util_with_the_seed_dimensions() -> None:
+    node = SimNode(4)
+    docs = one_minute(node, Encoder(load_emf_config(str(SEED))))
+    assert len(docs) == 1  # only the exclusive GPU's series has a `pod`: the rest match no set
+    doc = docs[0]
+    aws = doc["_aws"]
+    assert isinstance(aws, dict) and aws["Timestamp"] % 60_000 == 0
+    (directive,) = aws["CloudWatchMetrics"]
+    assert directive["Namespace"] == "ContainerInsights/Prometheus"
+    assert directive["Dimensions"] == [["ClusterName", "Namespace", "Service", "job", "pod"]]
+    names = [m["Name"] for m in directive["Metrics"]]
+    assert "DCGM_FI_DEV_GPU_UTIL" in names and "DCGM_FI_DEV_GPU_TEMP" not in names
+    assert "DCGM_FI_DEV_GPU_TEMP" not in doc  # unmatched series are not sent at all
+    util = doc["DCGM_FI_DEV_GPU_UTIL"]
+    assert isinstance(util, dict)
+    assert (util["Max"], util["Min"], util["Count"]) == (100, 0, 60)  # the 20 s on / 20 s off burn
+    assert sum(util["Counts"]) == 60 and sorted(util["Values"]) == [0, 100]
+    units = {m["Name"]: m["Unit"] for m in directive["Metrics"]}
+    assert units["DCGM_FI_DEV_GPU_UTIL"] == "Percent"
+    assert units["DCGM_FI_PROF_PCIE_TX_BYTES"] == "Bytes/Second"
+    for dim in directive["Dimensions"][0]:
+        assert isinstance(doc[dim], str)
+
+
+def test_example_declarations_give_every_pod_a_per_pod_series() -> None:
+    node = SimNode(4)
+    snap_pods = {a.container.pod for a in next(node.snapshots(1)).allocations}
+    docs = one_minute(node, Encoder(load_emf_config(str(EXAMPLE))))
+    per_pod = {d["pod"] for d in docs if "podgpu_pod_gpu_utilization_ratio" in d}
+    assert per_pod == snap_pods and len(per_pod) >= 3
+
+
+def test_keep_unmatched_sends_plain_events_without_a_directive() -> None:
+    node = SimNode(2)
+    docs = one_minute(node, Encoder(load_emf_config(str(SEED)), keep_unmatched=True))
+    plain = [d for d in docs if "_aws" not in d]
+    assert plain and all("Timestamp" in d for d in plain)
+    with_pod = next(d for d in docs if "_aws" in d)
+    assert "DCGM_FI_DEV_GPU_TEMP" in with_pod  # rides along, not in the directive
+    names = {m["Name"] for dd in with_pod["_aws"]["CloudWatchMetrics"] for m in dd["Metrics"]}
+    assert "DCGM_FI_DEV_GPU_TEMP" not in names
+
+
+def test_storage_resolution_and_config_units() -> None:
+    cfg = parse_emf_config(json.dumps({"metric_unit": {"m": "Count"}, "metric_declaration": [
+        {"source_labels": [], "metric_selectors": ["^m$"], "dimensions": [["job"]]}]}))
+    enc = Encoder(cfg, storage_resolution=1)
+    doc = json.loads(enc.encode(ClosedWindow(60.0, {(("job", "j"),): {"m": [1.0, 2.0]}}))[0])
+    assert doc["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [
+        {"Name": "m", "Unit": "Count", "StorageResolution": 1}]
+    assert doc["_aws"]["Timestamp"] == 60_000
+
+
+def test_more_than_100_metrics_are_split_into_events_of_at_most_100() -> None:
+    cfg = parse_emf_config(json.dumps({"metric_declaration": [
+        {"source_labels": [], "metric_selectors": ["^m"], "dimensions": [["job"]]}]}))
+    metrics = {f"m{i:03d}": [float(i)] for i in range(250)}
+    lines = Encoder(cfg).encode(ClosedWindow(0.0, {(("job", "j"),): metrics}))
+    docs = [json.loads(x) for x in lines]
+    counts = [sum(len(d["Metrics"]) for d in doc["_aws"]["CloudWatchMetrics"]) for doc in docs]
+    assert counts == [100, 100, 50]
+    seen = [m["Name"] for doc in docs for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]]
+    assert sorted(seen) == sorted(metrics)
+    assert all(doc["job"] == "j" for doc in docs)
+
+
+def test_disable_metric_extraction_writes_values_without_directives() -> None:
+    cfg = parse_emf_config(json.dumps({"disable_metric_extraction": True, "emf_processor": {
+        "metric_declaration": [{"source_labels": [], "metric_selectors": ["^m$"],
+                                "dimensions": [["job"]]}]}}))
+    doc = json.loads(Encoder(cfg).encode(ClosedWindow(0.0, {(("job", "j"),): {"m": [3.0]}}))[0])
+    assert "_aws" not in doc and doc["m"] == 3
+
+
+def test_route_for_the_agent_listener() -> None:
+    cfg = parse_emf_config(json.dumps({"metric_declaration": [
+        {"source_labels": [], "metric_selectors": ["^m$"], "dimensions": [[]]}]}))
+    doc = json.loads(Encoder(cfg, route=("/g", "s")).encode(
+        ClosedWindow(0.0, {(("job", "j"),): {"m": [1.0]}}))[0])
+    assert (doc["_aws"]["LogGroupName"], doc["_aws"]["LogStreamName"]) == ("/g", "s")
+    assert doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [[]]
+
+
+def test_distribution_is_exact_in_max_min_count_sum() -> None:
+    assert distribution([5.0]) == 5
+    d = distribution([1.5, 1.5, 2.0])
+    assert isinstance(d, dict)
+    assert d == {"Values": [1.5, 2], "Counts": [2, 1], "Max": 2.0, "Min": 1.5, "Count": 3,
+                 "Sum": 5.0}
+
+
+def test_distribution_coalesces_beyond_100_distinct_values() -> None:
+    raw = [float(i) for i in range(300)] + [0.0] * 5
+    d = distribution(raw)
+    assert isinstance(d, dict)
+    values, counts = d["Values"], d["Counts"]
+    assert isinstance(values, list) and isinstance(counts, list)
+    assert len(values) == len(counts) == MAX_VALUES
+    assert sum(counts) == len(raw) == d["Count"]
+    assert (d["Max"], d["Min"], d["Sum"]) == (299.0, 0.0, sum(raw))
+    weighted = sum(v * c for v, c in zip(values, counts, strict=True))
+    assert abs(weighted - sum(raw)) < 1e-6 * sum(raw)  # merging keeps the mass
+
+
+def test_wanted_is_false_for_series_no_declaration_extracts() -> None:
+    enc = Encoder(load_emf_config(str(SEED)))
+    key = (("Service", "nvidia-dcgm-exporter"), ("pod", "p"), ("ClusterName", "c"),
+           ("Namespace", "n"), ("job", "j"), ("prom_metric_type", GAUGE))
+    key = tuple(sorted(key))
+    assert enc.wanted(key, "DCGM_FI_DEV_GPU_UTIL")
+    assert not enc.wanted(key, "DCGM_FI_DEV_GPU_TEMP")
+    no_pod = tuple(kv for kv in key if kv[0] != "pod")
+    assert not enc.wanted(no_pod, "DCGM_FI_DEV_GPU_UTIL")

@@ -1,0 +1,112 @@
+"""Series as the agent would label them, and one interval's samples per label set."""
+
+from __future__ import annotations
+
+from podgpu.sinks.cloudwatch.series import COUNTER, GAUGE, SeriesOptions
+from podgpu.sinks.cloudwatch.window import WindowAccumulator
+from tests.unit.sinks.cloudwatch.simnode import LABELS, SimNode
+
+
+def test_series_carry_exporter_labels_plus_the_agent_path_labels() -> None:
+    node = SimNode(4)
+    snap = next(node.snapshots(1))
+    series = list(node.builder().series(snap))
+    util = [dict(k) for k, name, _, _ in series if name == "DCGM_FI_DEV_GPU_UTIL"]
+    assert len(util) == 4  # one per GPU: the shared GPU has no arbitrary pod winner
+    gpu0 = next(d for d in util if d["gpu"] == "0")
+    # the exclusive GPU's holder, as /metrics labels it, and the labels the agent path adds
+    holder = next(a.container for a in snap.allocations
+                  if a.device_key == snap.samples[0].device.key)
+    assert (gpu0["pod"], gpu0["namespace"], gpu0["container"]) == \
+        (holder.pod, holder.namespace, holder.container)
+    assert gpu0["Namespace"] == holder.namespace
+    assert (gpu0["ClusterName"], gpu0["job"], gpu0["instance"], gpu0["NodeName"]) == \
+        ("prod", "podgpu", "node-a:9400", "node-a")
+    assert gpu0["Service"] == "nvidia-dcgm-exporter" and gpu0["prom_metric_type"] == "gauge"
+    assert gpu0["UUID"] == snap.samples[0].device.uuid and gpu0["Hostname"] == "node-a"
+    gpu1 = next(d for d in util if d["gpu"] == "1")
+    assert "pod" not in gpu1 and "Namespace" not in gpu1
+
+
+def test_values_equal_the_snapshot_and_counters_are_typed() -> None:
+    node = SimNode(2)
+    snap = next(node.snapshots(1))
+    for key, name, kind, value in node.builder().series(snap):
+        labels = dict(key)
+        if name.startswith("DCGM_"):
+            sample = next(s for s in snap.samples if str(s.device.index) == labels["gpu"])
+            row = next(r for r in node.metrics.metrics if r.name == name)
+            if not any(lv.field == name for lv in sample.labeled):
+                assert value == float(sample.values[name])  # type: ignore[arg-type]
+            assert kind == (COUNTER if row.prom_type == "counter" else GAUGE)
+            assert labels["prom_metric_type"] == kind
+
+
+def test_per_pod_series_cover_every_holder_of_a_shared_gpu() -> None:
+    node = SimNode(4)
+    snap = next(node.snapshots(1))
+    pods = {dict(k)["pod"] for k, name, _, _ in node.builder().series(snap)
+            if name == "podgpu_pod_gpu_utilization_ratio"}
+    holders = {a.container.pod for a in snap.allocations}
+    assert holders and pods == holders
+    shared_key = snap.samples[1].device.key
+    assert len({a.container.pod for a in snap.allocations if a.device_key == shared_key}) >= 2
+
+
+def test_extra_labels_win_and_cluster_name_is_not_overwritten() -> None:
+    node = SimNode(1)
+    snap = next(node.snapshots(1))
+    opts = SeriesOptions(labels=LABELS, cluster_name="prod",
+                         extra=(("job", "dcgm"), ("ClusterName", "override")))
+    labels = dict(next(iter(node.builder(opts).series(snap)))[0])
+    assert labels["job"] == "dcgm" and labels["ClusterName"] == "override"
+
+
+def test_window_gauges_keep_every_sample_and_close_on_the_minute() -> None:
+    node = SimNode(2, start=1_800_000_000.0 - 1_800_000_000.0 % 60)  # aligned to a minute
+    builder = node.builder()
+    acc = WindowAccumulator(60.0, lambda k, n: n == "DCGM_FI_DEV_GPU_UTIL")
+    closed = []
+    for snap in node.snapshots(125):
+        c = acc.add(snap.taken_at, builder.series(snap))
+        if c is not None:
+            closed.append(c)
+    assert [c.start for c in closed] == [node.clock.now - 125, node.clock.now - 65]
+    first = closed[0]
+    assert first.timestamp_ms % 60_000 == 0
+    for metrics in first.groups.values():
+        assert set(metrics) == {"DCGM_FI_DEV_GPU_UTIL"}
+        assert len(metrics["DCGM_FI_DEV_GPU_UTIL"]) == 60
+    busy = next(m for k, m in first.groups.items() if dict(k)["gpu"] == "0")
+    assert max(busy["DCGM_FI_DEV_GPU_UTIL"]) == 100 and min(busy["DCGM_FI_DEV_GPU_UTIL"]) == 0
+
+
+def test_counter_deltas_first_sample_seeds_and_reset_sends_the_new_value() -> None:
+    key = (("gpu", "0"),)
+    acc = WindowAccumulator(10.0, lambda k, n: True)
+    feed = [100.0, 130.0, 180.0, 20.0, 50.0]
+    for i, v in enumerate(feed):
+        acc.add(1000.0 + i, [(key, "c", COUNTER, v)])
+    closed = acc.add(1010.0, [(key, "c", COUNTER, 60.0)])
+    assert closed is not None
+    assert closed.groups[key]["c"] == [30.0, 50.0, 20.0, 30.0]
+    nxt = acc.close()
+    assert nxt is not None and nxt.groups[key]["c"] == [10.0]  # continues across windows
+
+
+def test_counter_state_forgotten_after_a_window_without_the_series() -> None:
+    key = (("gpu", "0"),)
+    acc = WindowAccumulator(10.0, lambda k, n: True)
+    acc.add(1000.0, [(key, "c", COUNTER, 5.0)])
+    acc.add(1010.0, [])
+    acc.add(1020.0, [])
+    acc.add(1030.0, [(key, "c", COUNTER, 9.0)])  # seeds again: no delta from 5
+    closed = acc.close()
+    assert closed is None
+
+
+def test_unwanted_series_are_not_kept() -> None:
+    acc = WindowAccumulator(10.0, lambda k, n: n == "a")
+    acc.add(0.0, [((), "a", GAUGE, 1.0), ((), "b", GAUGE, 2.0)])
+    closed = acc.close()
+    assert closed is not None and closed.groups == {(): {"a": [1.0]}}

@@ -1,0 +1,150 @@
+"""The sink as a whole, in process: collect-thread offers, its own thread sends; the agent's TCP and
+UDP listeners are real sockets on loopback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from podgpu.config import parse_serve_args
+from podgpu.errors import ConfigError
+from podgpu.sinks.cloudwatch.declarations import load_emf_config
+from podgpu.sinks.cloudwatch.destinations import SocketDestination, parse_target
+from podgpu.sinks.cloudwatch.encode import Encoder
+from podgpu.sinks.cloudwatch.queue import EventQueue
+from podgpu.sinks.cloudwatch.sink import EmfSink
+from tests.unit.sinks.cloudwatch.simnode import SimNode
+from tests.unit.sinks.cloudwatch.test_queue_sender import FakeDestination
+
+SEED = Path(__file__).resolve().parents[3] / "fixtures" / "seed" / "cwagent-config.json"
+
+
+def wait_for(cond, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_sink_sends_each_closed_window_and_reports_metrics() -> None:
+    node = SimNode(4)
+    node.clock.now -= node.clock.now % 60
+    dest = FakeDestination()
+    sink = EmfSink(node.builder(), Encoder(load_emf_config(str(SEED))), EventQueue(1 << 20), dest,
+                   interval=60.0)
+    sink.start()
+    for snap in node.snapshots(121):
+        sink.offer(snap)
+    wait_for(lambda: len(dest.batches) == 2)
+    sink.stop()
+    docs = [json.loads(m) for b in dest.batches for _, m in b]
+    # two closed minutes, then the open one at stop: one event per label set per minute
+    assert [d["_aws"]["Timestamp"] for d in docs] == [
+        int((node.clock.now - 121) * 1000), int((node.clock.now - 61) * 1000),
+        int((node.clock.now - 1) * 1000)]
+    text = sink.render_metrics()
+    assert 'podgpu_emf_events_total{result="sent"} 3\n' in text
+    assert "podgpu_emf_last_success_timestamp_seconds " in text
+    assert sink.health()["status"] == "ok"
+
+
+def test_offer_never_waits_on_a_stuck_destination() -> None:
+    gate, entered = threading.Event(), threading.Event()
+    sent: list[str] = []
+
+    class Stuck(FakeDestination):
+        def send(self, batch):  # type: ignore[no-untyped-def]
+            entered.set()
+            gate.wait(30)
+            sent.extend(m for _, m in batch)
+            return 0
+
+    node = SimNode(2)
+    sink = EmfSink(node.builder(), Encoder(load_emf_config(str(SEED))), EventQueue(1 << 20),
+                   Stuck(), interval=1.0)
+    sink.start()
+    snaps = list(node.snapshots(30))
+    for snap in snaps[:3]:
+        sink.offer(snap)
+    wait_for(entered.is_set)  # the sink's thread is now blocked inside the destination
+    for snap in snaps[3:]:
+        sink.offer(snap)  # were offer() to wait on the destination, this would never return
+    released_by_test = not gate.is_set()
+    gate.set()
+    sink.stop(grace=5.0)
+    assert released_by_test
+    assert len(sent) == 30  # every one-second window, the ones offered while stuck included
+
+
+@pytest.mark.parametrize("kind", ["tcp", "udp"])
+def test_socket_destination_reaches_a_listener(kind: str) -> None:
+    stype = socket.SOCK_STREAM if kind == "tcp" else socket.SOCK_DGRAM
+    srv = socket.socket(socket.AF_INET, stype)
+    srv.bind(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    got: list[bytes] = []
+    if kind == "tcp":
+        srv.listen(1)
+
+        def serve() -> None:
+            conn, _ = srv.accept()
+            with conn:
+                while data := conn.recv(65536):
+                    got.append(data)
+    else:
+        def serve() -> None:
+            for _ in range(2):
+                got.append(srv.recv(65536))
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    dest = SocketDestination(parse_target(f"{kind}://127.0.0.1:{port}"))
+    assert dest.send([(1, '{"a":1}'), (1, '{"b":2}')]) == 0
+    dest.close()
+    t.join(5)
+    srv.close()
+    joined = b"".join(got) if kind == "tcp" else b"\n".join(got) + b"\n"
+    assert joined == b'{"a":1}\n{"b":2}\n'
+
+
+def test_socket_destination_failure_is_retryable() -> None:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    from podgpu.sinks.cloudwatch.destinations import SendError
+
+    with pytest.raises(SendError) as err:
+        SocketDestination(parse_target(f"tcp://127.0.0.1:{port}")).send([(1, "{}")])
+    assert err.value.retryable
+
+
+def test_emf_flags() -> None:
+    s = parse_serve_args(["--cloudwatch-config", "c.json", "--emf-label", "Service=x",
+                          "--emf-label", "A=b", "--emf-interval", "30", "--emf-queue-bytes", "4M",
+                          "--emf-storage-resolution", "1"])
+    assert s.emf_labels == (("Service", "x"), ("A", "b"))
+    assert (s.emf_interval, s.emf_queue_bytes, s.emf_storage_resolution) == (30.0, 4 << 20, 1)
+    env = parse_serve_args([], {"PODGPU_CLOUDWATCH_CONFIG": "c.json",
+                                "PODGPU_EMF_LABELS": "Service=y,B=c"})
+    assert env.cloudwatch_config == "c.json" and env.emf_labels == (("Service", "y"), ("B", "c"))
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (["--emf-interval", "30"], "--emf-interval needs --cloudwatch-config"),
+    (["--cloudwatch-config", "c", "--emf-interval", "0.5"], "--emf-interval: must be between"),
+    (["--cloudwatch-config", "c", "--emf-interval", "5000"], "--emf-interval: must be between"),
+    (["--cloudwatch-config", "c", "--emf-storage-resolution", "5"], "use 1 (high resolution)"),
+    (["--cloudwatch-config", "c", "--emf-queue-bytes", "1K"], "--emf-queue-bytes: expected a size"),
+    (["--cloudwatch-config", "c", "--emf-label", "noequals"], "--emf-label: expected KEY=VALUE"),
+    (["--cloudwatch-config", "c", "--emf-label", "1x=y"], "--emf-label: expected KEY=VALUE"),
+    (["--cloudwatch-config", "c", "-c", "5000", "--emf-interval", "2"], "shorter than the collect"),
+])
+def test_bad_emf_flags(args: list[str], expect: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_serve_args(args)
+    assert expect in str(err.value)
