@@ -30,6 +30,11 @@ CATALOG_UNITS: Mapping[str, str] = {
     "count": "Count", "bytes": "Bytes", "B": "Bytes",
 }
 
+_DUMPS = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+Directives = list[tuple[tuple[tuple[str, ...], ...], list[str]]]
+"""(dimension sets, metric names) of each directive of one event."""
+
 Plan = tuple[tuple[int, ...], tuple[tuple[str, ...], ...]]
 """For one (label set, metric): indices of the declarations selecting it, and its dimension sets."""
 
@@ -44,17 +49,23 @@ def cloudwatch_unit(metric: str, config_units: Mapping[str, str]) -> str:
     return CATALOG_UNITS.get(f.unit, "None") if f is not None else "None"
 
 
-def distribution(values: list[float]) -> float | int | dict[str, object]:
-    """One sample as a number; several as Values/Counts with exact Max, Min, Count and Sum."""
-    if len(values) == 1:
-        v = values[0]
-        return int(v) if v.is_integer() and abs(v) < 2**53 else v
+def distribution(values: list[float]) -> float | dict[str, object]:
+    """One sample as a number; several as Values/Counts with exact Max, Min, Count and Sum.
+
+    Values keep their type from the snapshot (DCGM integer fields stay integers), so the JSON
+    carries `100`, not `100.0`, without a conversion pass here."""
+    n = len(values)
+    if n == 1:
+        return values[0]
+    first = values[0]
+    if values.count(first) == n:  # a steady value (clocks, idle engines): the common case
+        return {"Values": [first], "Counts": [n], "Max": first, "Min": first, "Count": n,
+                "Sum": sum(values)}
     counts = Counter(values)
     if len(counts) > MAX_VALUES:
         counts = _coalesce(counts)
-    vals = [int(v) if v.is_integer() and abs(v) < 2**53 else v for v in counts]
-    return {"Values": vals, "Counts": list(counts.values()), "Max": max(values),
-            "Min": min(values), "Count": len(values), "Sum": sum(values)}
+    return {"Values": list(counts), "Counts": list(counts.values()), "Max": max(values),
+            "Min": min(values), "Count": n, "Sum": sum(values)}
 
 
 def _coalesce(counts: Counter[float]) -> Counter[float]:
@@ -86,6 +97,7 @@ class Encoder:
         self._plans: dict[tuple[LabelKey, str], Plan] = {}
         self._kept: dict[LabelKey, tuple[int, ...]] = {}
         self._metric_defs: dict[str, dict[str, object]] = {}
+        self._heads: dict[tuple[object, ...], tuple[str, str]] = {}
         self._storage_resolution = storage_resolution
 
     def plan(self, key: LabelKey, metric: str) -> Plan:
@@ -123,40 +135,50 @@ class Encoder:
             self._metric_defs[name] = d
         return d
 
+    def _head(self, key: LabelKey, directives: Directives) -> tuple[str, str]:
+        """The JSON around the timestamp that does not change between intervals: the
+        directives before it, the labels after it. Cached per label set and directive shape."""
+        memo = (key, tuple((sets, tuple(names)) for sets, names in directives))
+        head = self._heads.get(memo)
+        if head is None:
+            if len(self._heads) > 100_000:
+                self._heads.clear()
+            inner = _DUMPS(dict(key))[1:-1]
+            labels = f",{inner}" if inner else ""
+            if directives:
+                cwm = _DUMPS([{"Namespace": self._config.namespace,
+                               "Dimensions": [list(s) for s in sets],
+                               "Metrics": [self._metric_def(n) for n in names]}
+                              for sets, names in directives])
+                route = ""
+                if self._route is not None:
+                    route = "," + _DUMPS({"LogGroupName": self._route[0],
+                                          "LogStreamName": self._route[1]})[1:-1]
+                head = ('{"_aws":{"Timestamp":', f',"CloudWatchMetrics":{cwm}{route}}}{labels}')
+            else:  # a plain log event, no extraction (like the agent's unmatched lines)
+                head = ('{"Timestamp":', labels)
+            self._heads[memo] = head
+        return head
+
     def encode(self, window: ClosedWindow) -> list[str]:
         """Every event of the window as one compact JSON line, in a stable order."""
-        ts = window.timestamp_ms
-        cfg = self._config
+        ts = str(window.timestamp_ms)
+        extract = not self._config.disable_metric_extraction
         out: list[str] = []
-        dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
-                                 allow_nan=False).encode
         for key in sorted(window.groups):
             metrics = window.groups[key]
             extracted: dict[Plan, list[str]] = {}
             plain: list[str] = []
             for name in metrics:
                 plan = self.plan(key, name)
-                if plan[0] and not cfg.disable_metric_extraction:
+                if plan[0] and extract:
                     extracted.setdefault(plan, []).append(name)
-                elif self._keep_unmatched or (plan[0] and cfg.disable_metric_extraction):
+                elif plan[0] or self._keep_unmatched:
                     plain.append(name)
-            chunks = _chunks(extracted, plain)
-            for directives, names in chunks:
-                doc: dict[str, object] = {}
-                if directives:
-                    aws: dict[str, object] = {"Timestamp": ts, "CloudWatchMetrics": [
-                        {"Namespace": cfg.namespace, "Dimensions": [list(s) for s in sets],
-                         "Metrics": [self._metric_def(n) for n in dnames]}
-                        for sets, dnames in directives]}
-                    if self._route is not None:
-                        aws["LogGroupName"], aws["LogStreamName"] = self._route
-                    doc["_aws"] = aws
-                else:
-                    doc["Timestamp"] = ts  # plain log event: no extraction (like the agent's)
-                doc.update(key)
-                for n in names:
-                    doc[n] = distribution(metrics[n])
-                out.append(dumps(doc))
+            for directives, names in _chunks(extracted, plain):
+                before, after = self._head(key, directives)
+                values = _DUMPS({n: distribution(metrics[n]) for n in names})
+                out.append(f"{before}{ts}{after},{values[1:]}")
         return out
 
 

@@ -33,6 +33,9 @@ from podgpu.sinks.prometheus.pods import ALLOCATION, MEMORY, UTIL, pod_usage
 LabelKey = tuple[tuple[str, str], ...]
 """A label set, sorted by name: hashable, and the identity of one EMF event per flush."""
 
+Item = tuple[str, float]
+"""(metric name, value) of one series."""
+
 GAUGE = "gauge"
 COUNTER = "counter"
 POD_UNITS = {MEMORY: "Bytes", UTIL: "None", ALLOCATION: "Count"}
@@ -52,7 +55,7 @@ class SeriesOptions:
 
 
 class SeriesBuilder:
-    """Turns snapshots into (label key, metric name, type, value) tuples, cheaply per cycle.
+    """Turns snapshots into label sets with their values, cheaply per cycle.
 
     Label keys are memoised per (device, holders) so a steady node builds no new tuples.
     """
@@ -90,29 +93,38 @@ class SeriesBuilder:
         labels.update(o.extra)
         return tuple(sorted(labels.items()))
 
-    def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, str, float]]:
+    def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
+        """(label key, type, [(metric, value), ...]) per label set: the per-key work is done once
+        per cycle, not once per value."""
         lopts = self._opts.labels
         holders = holders_by_device(snapshot.allocations)
+        kinds = self._kinds
         for sample in snapshot.samples:
             ident = identity_pairs(sample.device, lopts)
             fields = field_label_pairs(sample, self._label_fields)
+            values = sample.values
+            gauges: list[Item] = []
+            counters: list[Item] = []
+            for name, kind in self._rows:
+                v = values.get(name)
+                if v is not None and not isinstance(v, str) and math.isfinite(v):
+                    (counters if kind == COUNTER else gauges).append((name, v))
             for extra, attrs in series_variants(holders.get(sample.device.key, []), lopts):
                 base = ident + fields + extra + attrs
-                keys = {GAUGE: self._key(base, GAUGE), COUNTER: self._key(base, COUNTER)}
-                values = sample.values
-                for name, kind in self._rows:
-                    v = values.get(name)
-                    if v is not None and not isinstance(v, str) and math.isfinite(v):
-                        yield keys[kind], name, kind, float(v)
+                if gauges:
+                    yield self._key(base, GAUGE), GAUGE, gauges
+                if counters:
+                    yield self._key(base, COUNTER), COUNTER, counters
                 for lv in sample.labeled:
-                    lkind = self._kinds.get(lv.field)
+                    lkind = kinds.get(lv.field)
                     if lkind is not None and math.isfinite(lv.value):
-                        yield self._key(base + lv.labels, lkind), lv.field, lkind, float(lv.value)
+                        yield self._key(base + lv.labels, lkind), lkind, [(lv.field, lv.value)]
         yield from self._pod_series(snapshot)
 
-    def _pod_series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, str, float]]:
+    def _pod_series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
         lopts = self._opts.labels
         devices: dict[str, Device] = {s.device.key: s.device for s in snapshot.samples}
+        per_key: dict[LabelKey, list[Item]] = {}
         for key, allocs in holders_by_device(snapshot.allocations).items():
             dev = devices.get(key)
             if dev is None:
@@ -127,10 +139,12 @@ class SeriesBuilder:
                 attrs = container_pairs(a.container, lopts)
                 if a.replica is not None:
                     attrs = (*attrs, ("vgpu", str(a.replica)))
-                yield self._key(ident + attrs, GAUGE), ALLOCATION, GAUGE, 1.0
+                per_key.setdefault(self._key(ident + attrs, GAUGE), []).append((ALLOCATION, 1))
         mem, util = pod_usage(snapshot, devices)
         for name, table in ((MEMORY, mem), (UTIL, util)):
             for (dkey, ref), value in table.items():
                 pairs = short_identity_pairs(devices[dkey], lopts) + container_pairs(ref, lopts)
-                v = min(float(value), 1.0) if name == UTIL else float(value)
-                yield self._key(pairs, GAUGE), name, GAUGE, v
+                v = min(value, 1.0) if name == UTIL else value
+                per_key.setdefault(self._key(pairs, GAUGE), []).append((name, v))
+        for label_key, items in per_key.items():
+            yield label_key, GAUGE, items

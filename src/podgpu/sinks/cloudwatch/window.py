@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from podgpu.sinks.cloudwatch.series import COUNTER, LabelKey
+from podgpu.sinks.cloudwatch.series import COUNTER, Item, LabelKey
 
 Groups = dict[LabelKey, dict[str, list[float]]]
 
@@ -42,6 +42,7 @@ class WindowAccumulator:
         self._wanted = wanted
         self._start: float | None = None
         self._groups: Groups = {}
+        self._want: dict[LabelKey, dict[str, bool]] = {}
         self._last: dict[tuple[LabelKey, str], tuple[float, float]] = {}
         """Counter series -> (last raw value, start of the window it was seen in)."""
 
@@ -52,7 +53,7 @@ class WindowAccumulator:
     def window_of(self, t: float) -> float:
         return math.floor(t / self._interval) * self._interval
 
-    def add(self, taken_at: float, series: Iterable[tuple[LabelKey, str, str, float]]
+    def add(self, taken_at: float, series: Iterable[tuple[LabelKey, str, list[Item]]]
             ) -> ClosedWindow | None:
         """Add one cycle's series; return the window this cycle closed, if any."""
         start = self.window_of(taken_at)
@@ -62,24 +63,33 @@ class WindowAccumulator:
         if self._start is None or start > self._start:
             self._start = start
         # A snapshot older than the open window (clock stepped back) joins the open window.
-        groups, last, wanted = self._groups, self._last, self._wanted
-        for key, name, kind, value in series:
-            if not wanted(key, name):
-                continue
-            if kind == COUNTER:
-                prev = last.get((key, name))
-                last[(key, name)] = (value, start)
-                if prev is None:
-                    continue  # the first sample seeds the delta, like the agent
-                value = value - prev[0] if value >= prev[0] else value
+        groups, last = self._groups, self._last
+        for key, kind, items in series:
+            want = self._want.get(key)
+            if want is None:
+                if len(self._want) > 100_000:  # pod churn: forget label sets gone by
+                    self._want.clear()
+                want = self._want[key] = {}
             per_key = groups.get(key)
-            if per_key is None:
-                per_key = groups[key] = {}
-            values = per_key.get(name)
-            if values is None:
-                per_key[name] = [value]
-            else:
-                values.append(value)
+            for name, value in items:
+                ok = want.get(name)
+                if ok is None:
+                    ok = want[name] = self._wanted(key, name)
+                if not ok:
+                    continue
+                if kind == COUNTER:
+                    prev = last.get((key, name))
+                    last[(key, name)] = (value, start)
+                    if prev is None:
+                        continue  # the first sample seeds the delta, like the agent
+                    value = value - prev[0] if value >= prev[0] else value
+                if per_key is None:
+                    per_key = groups[key] = {}
+                values = per_key.get(name)
+                if values is None:
+                    per_key[name] = [value]
+                else:
+                    values.append(value)
         return closed
 
     def close(self) -> ClosedWindow | None:

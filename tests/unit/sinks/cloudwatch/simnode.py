@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from podgpu.attribution.attributor import build_attributor
 from podgpu.backends.scenario import default_scenario
@@ -10,13 +10,21 @@ from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.collect import Collector
 from podgpu.fields.metriclist import MetricList, load_default
 from podgpu.model import Snapshot
-from podgpu.sinks.cloudwatch.series import SeriesBuilder, SeriesOptions
+from podgpu.sinks.cloudwatch.series import Item, LabelKey, SeriesBuilder, SeriesOptions
 from podgpu.sinks.prometheus.labels import LabelOptions
 from tests.conftest import FakeClock
 
 LABELS = LabelOptions(hostname="node-a")
 OPTS = SeriesOptions(labels=LABELS, job="podgpu", instance="node-a:9400", cluster_name="prod",
                      node_name="node-a", extra=(("Service", "nvidia-dcgm-exporter"),))
+
+
+def flat(groups: Iterable[tuple[LabelKey, str, list[Item]]]
+         ) -> Iterator[tuple[LabelKey, str, str, float]]:
+    """(label key, metric, type, value) per series, for assertions."""
+    for key, kind, items in groups:
+        for name, value in items:
+            yield key, name, kind, value
 
 
 class SimNode:

@@ -139,3 +139,14 @@ def test_wanted_is_false_for_series_no_declaration_extracts() -> None:
     assert not enc.wanted(key, "DCGM_FI_DEV_GPU_TEMP")
     no_pod = tuple(kv for kv in key if kv[0] != "pod")
     assert not enc.wanted(no_pod, "DCGM_FI_DEV_GPU_UTIL")
+
+
+def test_documents_without_labels_are_still_json() -> None:
+    cfg = parse_emf_config(json.dumps({"metric_declaration": [
+        {"source_labels": [], "metric_selectors": ["^m$"], "dimensions": [[]]}]}))
+    for keep in (False, True):
+        lines = Encoder(cfg, keep_unmatched=keep).encode(
+            ClosedWindow(0.0, {(): {"m": [1.0, 2.0], "other": [3]}}))
+        docs = [json.loads(line) for line in lines]
+        assert docs[0]["m"]["Sum"] == 3.0
+        assert ("other" in docs[0]) is keep

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from podgpu.sinks.cloudwatch.series import COUNTER, GAUGE, SeriesOptions
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
-from tests.unit.sinks.cloudwatch.simnode import LABELS, SimNode
+from tests.unit.sinks.cloudwatch.simnode import LABELS, SimNode, flat
 
 
 def test_series_carry_exporter_labels_plus_the_agent_path_labels() -> None:
     node = SimNode(4)
     snap = next(node.snapshots(1))
-    series = list(node.builder().series(snap))
+    series = list(flat(node.builder().series(snap)))
     util = [dict(k) for k, name, _, _ in series if name == "DCGM_FI_DEV_GPU_UTIL"]
     assert len(util) == 4  # one per GPU: the shared GPU has no arbitrary pod winner
     gpu0 = next(d for d in util if d["gpu"] == "0")
@@ -31,7 +31,7 @@ def test_series_carry_exporter_labels_plus_the_agent_path_labels() -> None:
 def test_values_equal_the_snapshot_and_counters_are_typed() -> None:
     node = SimNode(2)
     snap = next(node.snapshots(1))
-    for key, name, kind, value in node.builder().series(snap):
+    for key, name, kind, value in flat(node.builder().series(snap)):
         labels = dict(key)
         if name.startswith("DCGM_"):
             sample = next(s for s in snap.samples if str(s.device.index) == labels["gpu"])
@@ -45,7 +45,7 @@ def test_values_equal_the_snapshot_and_counters_are_typed() -> None:
 def test_per_pod_series_cover_every_holder_of_a_shared_gpu() -> None:
     node = SimNode(4)
     snap = next(node.snapshots(1))
-    pods = {dict(k)["pod"] for k, name, _, _ in node.builder().series(snap)
+    pods = {dict(k)["pod"] for k, name, _, _ in flat(node.builder().series(snap))
             if name == "podgpu_pod_gpu_utilization_ratio"}
     holders = {a.container.pod for a in snap.allocations}
     assert holders and pods == holders
@@ -86,8 +86,8 @@ def test_counter_deltas_first_sample_seeds_and_reset_sends_the_new_value() -> No
     acc = WindowAccumulator(10.0, lambda k, n: True)
     feed = [100.0, 130.0, 180.0, 20.0, 50.0]
     for i, v in enumerate(feed):
-        acc.add(1000.0 + i, [(key, "c", COUNTER, v)])
-    closed = acc.add(1010.0, [(key, "c", COUNTER, 60.0)])
+        acc.add(1000.0 + i, [(key, COUNTER, [("c", v)])])
+    closed = acc.add(1010.0, [(key, COUNTER, [("c", 60.0)])])
     assert closed is not None
     assert closed.groups[key]["c"] == [30.0, 50.0, 20.0, 30.0]
     nxt = acc.close()
@@ -97,16 +97,16 @@ def test_counter_deltas_first_sample_seeds_and_reset_sends_the_new_value() -> No
 def test_counter_state_forgotten_after_a_window_without_the_series() -> None:
     key = (("gpu", "0"),)
     acc = WindowAccumulator(10.0, lambda k, n: True)
-    acc.add(1000.0, [(key, "c", COUNTER, 5.0)])
+    acc.add(1000.0, [(key, COUNTER, [("c", 5.0)])])
     acc.add(1010.0, [])
     acc.add(1020.0, [])
-    acc.add(1030.0, [(key, "c", COUNTER, 9.0)])  # seeds again: no delta from 5
+    acc.add(1030.0, [(key, COUNTER, [("c", 9.0)])])  # seeds again: no delta from 5
     closed = acc.close()
     assert closed is None
 
 
 def test_unwanted_series_are_not_kept() -> None:
     acc = WindowAccumulator(10.0, lambda k, n: n == "a")
-    acc.add(0.0, [((), "a", GAUGE, 1.0), ((), "b", GAUGE, 2.0)])
+    acc.add(0.0, [((), GAUGE, [("a", 1.0), ("b", 2.0)])])
     closed = acc.close()
     assert closed is not None and closed.groups == {(): {"a": [1.0]}}
