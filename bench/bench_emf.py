@@ -168,6 +168,25 @@ def bench_bytes() -> dict[str, Any]:
         per_min = sum(len(d.encode()) + 26 for d in docs)
         out[name] = {"events_per_minute": len(docs), "bytes_per_minute": per_min,
                      "bytes_per_hour": per_min * 60}
+    # The agent's path scraping every second: one event per label set per scrape, one sample
+    # each, and every unmatched series still ingested as a plain log event (reference §2.4.7).
+    enc = Encoder(load_emf_config(str(SEED)), keep_unmatched=True)
+    clock = Clock(start)
+    collector = node(clock)
+    builder = series_builder()
+    acc = WindowAccumulator(1.0, enc.wanted)
+    total = events = 0
+    for _ in range(61):
+        snap = collector.cycle()
+        closed = acc.add(snap.taken_at, builder.series(snap))
+        clock.now += 1.0
+        if closed is not None:
+            docs = enc.encode(closed)
+            events += len(docs)
+            total += sum(len(d.encode()) + 26 for d in docs)
+    out["agent_path_1s_scrape_equivalent"] = {"events_per_minute": events,
+                                              "bytes_per_minute": total,
+                                              "bytes_per_hour": total * 60}
     return out
 
 

@@ -25,7 +25,7 @@ DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_WINDOW_MS = 300_000
 MIN_COLLECT_INTERVAL_MS = 100
 DEFAULT_EMF_INTERVAL = 60.0
-DEFAULT_EMF_QUEUE_BYTES = 16 * 1024 * 1024  # measured: bench/RESULTS.md "EMF queue sizing"
+DEFAULT_EMF_QUEUE_BYTES = 8 * 1024 * 1024  # >= 2 h of an 8-GPU node: bench/RESULTS.md "EMF"
 MAX_EMF_INTERVAL = 3600.0
 
 
