@@ -28,7 +28,7 @@ from podgpu.sinks.prometheus.labels import (
     series_variants,
     short_identity_pairs,
 )
-from podgpu.sinks.prometheus.pods import ALLOCATION, MEMORY, UTIL, pod_usage
+from podgpu.sinks.prometheus.pods import ALLOCATION, MEMORY, UTIL, allocation_series, pod_usage
 
 LabelKey = tuple[tuple[str, str], ...]
 """A label set, sorted by name: hashable, and the identity of one EMF event per flush."""
@@ -125,21 +125,8 @@ class SeriesBuilder:
         lopts = self._opts.labels
         devices: dict[str, Device] = {s.device.key: s.device for s in snapshot.samples}
         per_key: dict[LabelKey, list[Item]] = {}
-        for key, allocs in holders_by_device(snapshot.allocations).items():
-            dev = devices.get(key)
-            if dev is None:
-                continue
-            ident = short_identity_pairs(dev, lopts)
-            done: set[tuple[str, str, str, str]] = set()
-            for a in allocs:  # one series per container, as the exposition prints it
-                ref = a.container
-                if (ref.namespace, ref.pod, ref.container, ref.pod_uid) in done:
-                    continue
-                done.add((ref.namespace, ref.pod, ref.container, ref.pod_uid))
-                attrs = container_pairs(a.container, lopts)
-                if a.replica is not None:
-                    attrs = (*attrs, ("vgpu", str(a.replica)))
-                per_key.setdefault(self._key(ident + attrs, GAUGE), []).append((ALLOCATION, 1))
+        for ident, attrs in allocation_series(snapshot, devices, lopts):
+            per_key.setdefault(self._key(ident + attrs, GAUGE), []).append((ALLOCATION, 1))
         mem, util = pod_usage(snapshot, devices)
         for name, table in ((MEMORY, mem), (UTIL, util)):
             for (dkey, ref), value in table.items():

@@ -9,10 +9,12 @@ make sums over pods over-count). Per-container usage comes from per-process data
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 
 from podgpu.model import ContainerRef, Device, Snapshot
 from podgpu.sinks.prometheus.labels import (
     LabelOptions,
+    Pairs,
     container_pairs,
     holders_by_device,
     short_identity_pairs,
@@ -34,23 +36,8 @@ def render_pod_families(snapshot: Snapshot, opts: LabelOptions) -> str:
     devices: dict[str, Device] = {s.device.key: s.device for s in snapshot.samples}
     out: list[str] = []
 
-    alloc_lines = []
-    for key, allocs in holders_by_device(snapshot.allocations).items():
-        dev = devices.get(key)
-        if dev is None:
-            continue
-        ident = short_identity_pairs(dev, opts)
-        done: set[tuple[str, str, str, str]] = set()
-        for a in allocs:
-            ref = a.container
-            hk = (ref.namespace, ref.pod, ref.container, ref.pod_uid)
-            if hk in done:
-                continue
-            done.add(hk)
-            attrs = container_pairs(ref, opts)
-            if a.replica is not None:
-                attrs = (*attrs, ("vgpu", str(a.replica)))
-            alloc_lines.append(f"{ALLOCATION}{{{_ordered(ident, attrs)}}} 1\n")
+    alloc_lines = [f"{ALLOCATION}{{{_ordered(ident, attrs)}}} 1\n"
+                   for ident, attrs in allocation_series(snapshot, devices, opts)]
     if alloc_lines:
         out.append(family_header(
             ALLOCATION, "1 for each container holding a GPU or MIG instance (kubelet PodResources).",
@@ -71,6 +58,28 @@ def render_pod_families(snapshot: Snapshot, opts: LabelOptions) -> str:
             text = str(value) if isinstance(value, int) else format_seconds(min(value, 1.0))
             out.append(f"{name}{{{_ordered(ident, attrs)}}} {text}\n")
     return "".join(out)
+
+
+def allocation_series(snapshot: Snapshot, devices: dict[str, Device], opts: LabelOptions
+                      ) -> Iterator[tuple[Pairs, Pairs]]:
+    """(device identity, container attributes) of each `podgpu_gpu_allocation` series: one per
+    container holding a device (a container with two replicas of one GPU counts once)."""
+    for key, allocs in holders_by_device(snapshot.allocations).items():
+        dev = devices.get(key)
+        if dev is None:
+            continue
+        ident = short_identity_pairs(dev, opts)
+        done: set[tuple[str, str, str, str]] = set()
+        for a in allocs:
+            ref = a.container
+            hk = (ref.namespace, ref.pod, ref.container, ref.pod_uid)
+            if hk in done:
+                continue
+            done.add(hk)
+            attrs = container_pairs(ref, opts)
+            if a.replica is not None:
+                attrs = (*attrs, ("vgpu", str(a.replica)))
+            yield ident, attrs
 
 
 def pod_usage(snapshot: Snapshot, devices: dict[str, Device]
