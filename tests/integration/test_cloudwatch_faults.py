@@ -1,0 +1,194 @@
+"""Lossless delivery through CloudWatch faults, accelerated: the sink runs in this process on a
+simulated node whose clock advances one second per cycle, its CloudWatch destination (boto3 over
+real HTTP) goes through a fault proxy to moto server. The proxy is a fake that injects what AWS
+will not produce on demand: ThrottlingException, 500s, slow answers, closed connections."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from podgpu.sinks.cloudwatch.declarations import load_emf_config
+from podgpu.sinks.cloudwatch.destinations import CloudWatchDestination
+from podgpu.sinks.cloudwatch.encode import Encoder
+from podgpu.sinks.cloudwatch.queue import EventQueue
+from podgpu.sinks.cloudwatch.sender import Sender
+from podgpu.sinks.cloudwatch.sink import EmfSink
+from podgpu.sinks.cloudwatch.window import WindowAccumulator
+from tests.integration.test_cloudwatch_moto import CREDS, EXAMPLE, moto_url, read_events
+from tests.unit.sinks.cloudwatch.simnode import SimNode
+
+__all__ = ["moto_url"]  # the module-scoped moto server fixture
+pytestmark = pytest.mark.integration
+GROUP = "/aws/containerinsights/faults/prometheus"
+
+
+class FaultProxy:
+    """Forwards to moto, or answers with the fault named by `mode`; counts requests per target."""
+
+    def __init__(self, upstream: str) -> None:
+        self.mode = "pass"
+        self.counts: dict[str, int] = {}
+        host, port = upstream.removeprefix("http://").split(":")
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                target = self.headers.get("X-Amz-Target", "")
+                proxy.counts[f"{proxy.mode}:{target}"] = proxy.counts.get(
+                    f"{proxy.mode}:{target}", 0) + 1
+                if proxy.mode == "throttle":
+                    self._error(400, "ThrottlingException", "Rate exceeded")
+                elif proxy.mode == "500":
+                    self._error(500, "InternalFailure", "boom")
+                elif proxy.mode == "close":
+                    self.close_connection = True
+                    self.connection.close()
+                else:
+                    if proxy.mode == "slow":
+                        time.sleep(0.3)
+                    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+                    conn.request("POST", self.path, body, dict(self.headers))
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    self.send_response(resp.status)
+                    for k, v in resp.getheaders():
+                        if k.lower() not in ("content-length", "transfer-encoding", "connection",
+                                             "date", "server"):
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+
+            def _error(self, status: int, code: str, message: str) -> None:
+                data = json.dumps({"__type": code, "message": message}).encode()
+                self.send_response(status)
+                self.send_header("x-amzn-ErrorType", code)
+                self.send_header("Content-Type", "application/x-amz-json-1.1")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def proxy(moto_url: str) -> Iterator[FaultProxy]:
+    p = FaultProxy(moto_url)
+    yield p
+    p.close()
+
+
+@pytest.fixture(autouse=True)
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in CREDS.items():
+        monkeypatch.setenv(k, v)
+
+
+def run_sink(proxy: FaultProxy, stream: str, minutes: int, queue_bytes: int,
+             fault: str, fault_minutes: int) -> tuple[EmfSink, dict[tuple[Any, int], str]]:
+    """Drive `minutes` of 1 s cycles through the sink with `fault` on for the first
+    `fault_minutes`; returns the sink and what an ideal run would have sent, by (labels, minute)."""
+    config = load_emf_config(str(EXAMPLE))
+    node = SimNode(4, start=time.time() - time.time() % 60 - 60 * (minutes + 1))
+    dest = CloudWatchDestination(log_group=GROUP, log_stream=stream, region="us-east-1",
+                                 endpoint_url=proxy.url)
+    queue = EventQueue(queue_bytes)
+    encoder = Encoder(config)
+    sink = EmfSink(node.builder(), encoder, queue, dest, interval=60.0,
+                   sender=Sender(dest, queue, backoff_base=0.01, backoff_cap=0.05))
+    truth_encoder = Encoder(config)
+    truth = WindowAccumulator(60.0, truth_encoder.wanted)
+    truth_builder = node.builder()
+    expected: dict[tuple[Any, int], str] = {}
+
+    def keep(closed: Any) -> None:
+        if closed is not None:
+            for line in truth_encoder.encode(closed):
+                doc = json.loads(line)
+                expected[(_labels(doc), closed.timestamp_ms)] = line
+
+    proxy.mode = fault
+    sink.start()
+    for i, snap in enumerate(node.snapshots(60 * minutes)):
+        if i == 60 * fault_minutes:
+            proxy.mode = "pass"
+        sink.offer(snap)
+        keep(truth.add(snap.taken_at, truth_builder.series(snap)))
+        if i % 60 == 59:
+            time.sleep(0.05)  # let the sink's thread try (and fail) a few times a "minute"
+    proxy.mode = "pass"
+    keep(truth.close())
+    deadline = time.monotonic() + 30
+    while len(queue) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sink.stop(grace=5.0)
+    return sink, expected
+
+
+def _labels(doc: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in doc.items() if isinstance(v, str)))
+
+
+def arrived(moto_url: str, stream: str) -> dict[tuple[Any, int], list[str]]:
+    out: dict[tuple[Any, int], list[str]] = {}
+    for e in read_events(moto_url, GROUP, stream):
+        doc = json.loads(e["message"])
+        out.setdefault((_labels(doc), doc["_aws"]["Timestamp"]), []).append(e["message"])
+    return out
+
+
+def test_ten_minutes_of_throttling_lose_nothing_and_duplicate_nothing(
+        proxy: FaultProxy, moto_url: str) -> None:
+    sink, expected = run_sink(proxy, "throttled", minutes=12, queue_bytes=8 << 20,
+                              fault="throttle", fault_minutes=10)
+    got = arrived(moto_url, "throttled")
+    assert set(got) == set(expected)  # every label set, every minute
+    assert all(len(v) == 1 for v in got.values())  # exactly once
+    for key, lines in got.items():
+        assert json.loads(lines[0]) == json.loads(expected[key])  # the values offered
+    st = sink.stats()
+    assert st.retried > 0 and st.dropped == 0 and st.rejected == 0
+    assert st.sent == len(expected)
+    assert proxy.counts.get("throttle:Logs_20140328.PutLogEvents", 0) > 10
+
+
+def test_a_bound_too_small_drops_oldest_and_counts_exactly_what_is_missing(
+        proxy: FaultProxy, moto_url: str) -> None:
+    sink, expected = run_sink(proxy, "bounded", minutes=6, queue_bytes=12 * 1024,
+                              fault="throttle", fault_minutes=5)
+    got = arrived(moto_url, "bounded")
+    missing = set(expected) - set(got)
+    st = sink.stats()
+    assert missing and st.dropped == len(missing)
+    assert set(got) <= set(expected) and all(len(v) == 1 for v in got.values())
+    newest = max(ts for _, ts in expected)
+    assert all(ts < newest for _, ts in missing)  # the oldest went first
+
+
+@pytest.mark.parametrize("fault", ["500", "slow", "close"])
+def test_errors_and_slow_or_broken_connections_delay_but_lose_nothing(
+        proxy: FaultProxy, moto_url: str, fault: str) -> None:
+    sink, expected = run_sink(proxy, f"fault-{fault}", minutes=3, queue_bytes=8 << 20,
+                              fault=fault, fault_minutes=2)
+    got = arrived(moto_url, f"fault-{fault}")
+    assert set(got) == set(expected) and all(len(v) == 1 for v in got.values())
+    assert sink.stats().dropped == 0
