@@ -22,6 +22,7 @@ from podgpu.sinks.cloudwatch.queue import EventQueue
 from podgpu.sinks.cloudwatch.sender import Sender
 from podgpu.sinks.cloudwatch.sink import EmfSink
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
+from tests.emf_validator import extract
 from tests.integration.test_cloudwatch_moto import CREDS, EXAMPLE, moto_url, read_events
 from tests.unit.sinks.cloudwatch.simnode import SimNode
 
@@ -103,6 +104,10 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(k, v)
 
 
+RAW: dict[int, list[float]] = {}
+"""GPU 0's DCGM_FI_DEV_GPU_UTIL per minute (ms) as the snapshots had it, from the last run."""
+
+
 def run_sink(proxy: FaultProxy, stream: str, minutes: int, queue_bytes: int,
              fault: str, fault_minutes: int) -> tuple[EmfSink, dict[tuple[Any, int], str]]:
     """Drive `minutes` of 1 s cycles through the sink with `fault` on for the first
@@ -127,11 +132,14 @@ def run_sink(proxy: FaultProxy, stream: str, minutes: int, queue_bytes: int,
                 expected[(_labels(doc), closed.timestamp_ms)] = line
 
     proxy.mode = fault
+    RAW.clear()
     sink.start()
     for i, snap in enumerate(node.snapshots(60 * minutes)):
         if i == 60 * fault_minutes:
             proxy.mode = "pass"
         sink.offer(snap)
+        minute = int(snap.taken_at - snap.taken_at % 60) * 1000
+        RAW.setdefault(minute, []).append(float(snap.samples[0].values["DCGM_FI_DEV_GPU_UTIL"]))
         keep(truth.add(snap.taken_at, truth_builder.series(snap)))
         if i % 60 == 59:
             time.sleep(0.05)  # let the sink's thread try (and fail) a few times a "minute"
@@ -169,6 +177,20 @@ def test_ten_minutes_of_throttling_lose_nothing_and_duplicate_nothing(
     assert st.retried > 0 and st.dropped == 0 and st.rejected == 0
     assert st.sent == len(expected)
     assert proxy.counts.get("throttle:Logs_20140328.PutLogEvents", 0) > 10
+    # extracted as CloudWatch would, against the snapshots themselves: the exclusive pod's
+    # GPU_UTIL in each minute is exactly GPU 0's samples of that minute
+    per_minute: dict[int, tuple[float, ...]] = {}
+    for lines in got.values():
+        for m in extract(lines[0]):
+            if m.name == "DCGM_FI_DEV_GPU_UTIL":
+                assert m.namespace == "ContainerInsights/Prometheus" and m.unit == "Percent"
+                assert dict(m.dimensions) == {"ClusterName": "prod", "Namespace": "ml",
+                                              "Service": "nvidia-dcgm-exporter",
+                                              "job": "podgpu", "pod": "train-0"}
+                per_minute[m.timestamp_ms] = m.values
+    assert per_minute.keys() == RAW.keys()
+    for minute, values in per_minute.items():
+        assert sorted(values) == sorted(RAW[minute])
 
 
 def test_a_bound_too_small_drops_oldest_and_counts_exactly_what_is_missing(

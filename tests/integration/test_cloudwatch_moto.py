@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.emf_validator import validate
+
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "tests" / "fixtures" / "seed" / "cwagent-config.json"
 EXAMPLE = ROOT / "deploy" / "cloudwatch" / "podgpu-declarations.json"
@@ -93,7 +95,7 @@ def collect(moto_url: str, stream: str, flushes: int) -> list[dict[str, Any]]:
             events = []
         stamps = {e["timestamp"] for e in events}
         if len(stamps) >= flushes:
-            return [json.loads(e["message"]) for e in events]
+            return [validate(e["message"]) for e in events]
         time.sleep(0.3)
     raise AssertionError(f"fewer than {flushes} flushes arrived in moto")
 
@@ -198,3 +200,28 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path, content: dict[str, Any
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and expect in lines[0] and str(bad) in lines[0]
+
+
+def test_spooled_events_survive_a_restart(moto_url: str, tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    dead = f"http://127.0.0.1:{free_port()}"
+    first = serve(dead, SEED, "node-spool", "--emf-spool-dir", str(spool))
+    deadline = time.monotonic() + 20
+    while len(list(spool.glob("*.jsonl"))) < 2:
+        assert time.monotonic() < deadline, "nothing spooled"
+        time.sleep(0.2)
+    stop(first)
+    spooled = {json.loads(line)["_aws"]["Timestamp"]
+               for f in spool.glob("*.jsonl") for line in f.read_text().splitlines()}
+    restarted_at = time.time() * 1000
+    second = serve(moto_url, SEED, "node-spool", "--emf-spool-dir", str(spool))
+    try:
+        docs = collect(moto_url, "node-spool", len(spooled) + 1)
+    finally:
+        stop(second)
+    arrived = {d["_aws"]["Timestamp"] for d in docs}
+    assert spooled <= arrived  # every interval the first process could not send
+    assert min(arrived) < restarted_at
+    assert not list(spool.glob("*.jsonl")) or all(
+        json.loads(f.read_text().splitlines()[0])["_aws"]["Timestamp"] > max(spooled)
+        for f in spool.glob("*.jsonl"))  # sent files are deleted
