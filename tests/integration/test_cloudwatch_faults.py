@@ -51,6 +51,9 @@ class FaultProxy:
                     f"{proxy.mode}:{target}", 0) + 1
                 if proxy.mode == "throttle":
                     self._error(400, "ThrottlingException", "Rate exceeded")
+                elif proxy.mode == "denied":
+                    self._error(400, "AccessDeniedException",
+                                "User is not authorized to perform: logs:PutLogEvents")
                 elif proxy.mode == "500":
                     self._error(500, "InternalFailure", "boom")
                 elif proxy.mode == "close":
@@ -214,3 +217,33 @@ def test_errors_and_slow_or_broken_connections_delay_but_lose_nothing(
     got = arrived(moto_url, f"fault-{fault}")
     assert set(got) == set(expected) and all(len(v) == 1 for v in got.values())
     assert sink.stats().dropped == 0
+
+
+def test_access_denied_is_reported_kept_and_recovers(proxy: FaultProxy, moto_url: str) -> None:
+    config = load_emf_config(str(EXAMPLE))
+    node = SimNode(2, start=time.time() - time.time() % 60 - 180)
+    dest = CloudWatchDestination(log_group=GROUP, log_stream="denied", region="us-east-1",
+                                 endpoint_url=proxy.url)
+    queue = EventQueue(8 << 20)
+    sink = EmfSink(node.builder(), Encoder(config), queue, dest, interval=60.0,
+                   sender=Sender(dest, queue, backoff_base=0.01, backoff_cap=0.05))
+    proxy.mode = "denied"
+    sink.start()
+    snaps = list(node.snapshots(121))
+    for snap in snaps[:61]:
+        sink.offer(snap)
+    deadline = time.monotonic() + 10
+    while "failing" not in sink.health()["status"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    health = sink.health()
+    assert "credentials or permissions" in health["status"] and "AccessDenied" in health["status"]
+    assert health["queued_events"] > 0  # kept, not dropped
+    proxy.mode = "pass"
+    for snap in snaps[61:]:
+        sink.offer(snap)
+    sink.stop(grace=5.0)
+    assert sink.health()["status"] == "ok"
+    minutes = {json.loads(m)["_aws"]["Timestamp"] for m in
+               [e for v in arrived(moto_url, "denied").values() for e in v]}
+    assert len(minutes) == 3 and sink.stats().dropped == 0

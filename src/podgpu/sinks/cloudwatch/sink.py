@@ -78,7 +78,7 @@ class EmfSink:
             self._thread.join(grace + 1.0)
         else:
             self._drain()
-            self._sender.pump(deadline=time.time() + grace)
+            self._final_pump(grace)
         left = len(self._queue)
         if left:
             log.warning("EMF: %d event(s) unsent at shutdown%s", left,
@@ -93,12 +93,22 @@ class EmfSink:
             try:
                 self._drain()
                 if self._stopping.is_set():
-                    self._sender.pump(deadline=time.time() + STOP_GRACE_SECONDS)
+                    self._final_pump(STOP_GRACE_SECONDS)
                     return
                 wait = self._sender.pump()
             except Exception:  # a bug here must not end EMF delivery for the process
                 log.exception("EMF sink failed; retrying")
                 wait = 5.0
+
+    def _final_pump(self, grace: float) -> None:
+        """At shutdown: keep sending, backoff waits included, until empty or `grace` is over."""
+        deadline = time.time() + grace
+        while True:
+            wait = self._sender.pump(deadline=deadline)
+            left = deadline - time.time()
+            if wait is None or left <= 0:
+                return
+            time.sleep(min(max(wait, 0.01), left))
 
     def _drain(self) -> None:
         while self._handoff:
