@@ -1,5 +1,16 @@
-"""/health: 200 only while the last collection is fresh and the backend is healthy (unlike
-dcgm-exporter 4.x, whose /health is always 200). Pure function of the published state."""
+"""/health: is the *exporter* working? Pure function of the published state (issue 9 item 6).
+
+dcgm-exporter's Helm chart points both liveness and readiness at `/health`. A 503 there restarts
+the pod in a loop and, while it is not ready, drops it from the Service's endpoints, so the
+healthy GPUs of that node stop being scraped too. So `/health` answers 503 only when restarting
+could help or nothing can be served: no collection yet, collection stale, or every GPU of the
+node unreadable. A lost GPU, a partly failing backend or a missing kubelet keep it at 200 with
+`status: degraded` and the reasons in `warnings`; the metrics show the same
+(`podgpu_devices{state="lost"}`, `podgpu_collect_success`).
+
+`/health/gpus` is the strict variant: 503 as soon as any GPU is lost or the backend failed. Use it
+for alerting or a node-problem probe, never for liveness (a restart does not bring a GPU back).
+"""
 
 from __future__ import annotations
 
@@ -13,27 +24,43 @@ def stale_after(interval: float) -> float:
     return 3.0 * interval + 2.0
 
 
-def health(published: Published | None, now: float, interval: float, backend: str
-           ) -> tuple[int, dict[str, Any]]:
+def health(published: Published | None, now: float, interval: float, backend: str, *,
+           strict: bool = False) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON body). `reasons` make it 503; `warnings` are reported with 200 (or,
+    with `strict`, also make it 503)."""
     if published is None:
         return 503, {"status": "unhealthy", "reasons": ["no collection has completed yet"],
-                     "backend": backend}
+                     "warnings": [], "backend": backend}
     snap = published.snapshot
     reasons: list[str] = []
+    warnings: list[str] = []
     age = max(0.0, now - snap.taken_at)
     limit = stale_after(interval)
     if age > limit:
         reasons.append(f"last collection {age:.1f} s ago (limit {limit:.1f} s)")
     st = snap.stage("backend")
-    if st is not None and not st.ok and not snap.lost_devices:
-        reasons.append(f"backend: {st.error or 'failed'}")
+    backend_failed = st is not None and not st.ok and not snap.lost_devices
+    if not snap.samples:
+        # nothing can be served: a restart (re-initialising the driver library) may help
+        if snap.lost_devices:
+            reasons.append("every GPU is unreadable")
+        elif backend_failed:
+            reasons.append(f"backend: {st.error if st is not None and st.error else 'failed'}")
+        else:
+            reasons.append("no GPU devices")
+    elif backend_failed:
+        warnings.append(f"backend: {st.error if st is not None and st.error else 'failed'}")
     for dev, why in snap.lost_devices:
-        reasons.append(f"{dev}: {why}")
-    if not snap.samples and not snap.lost_devices:
-        reasons.append("no GPU devices")
+        warnings.append(f"{dev}: {why}")
+    if snap.attribution_status.startswith("unavailable"):
+        warnings.append(f"kubelet {snap.attribution_status}")
+    failing = bool(reasons) or (strict and bool(warnings) and not
+                                all(w.startswith("kubelet ") for w in warnings))
+    status = "unhealthy" if failing else ("degraded" if warnings else "ok")
     body: dict[str, Any] = {
-        "status": "unhealthy" if reasons else "ok",
+        "status": status,
         "reasons": reasons,
+        "warnings": warnings,
         "backend": backend,
         "devices": len(snap.samples),
         "lost_devices": [d for d, _ in snap.lost_devices],
@@ -41,4 +68,4 @@ def health(published: Published | None, now: float, interval: float, backend: st
         "kubelet": snap.attribution_status,
         "cycle": snap.cycle,
     }
-    return (503 if reasons else 200), body
+    return (503 if failing else 200), body

@@ -45,8 +45,10 @@ def make_app(publisher: Publisher, *, interval: float, backend: str,
             return web.Response(body=pub.body_gzip, headers=headers)
         return web.Response(body=pub.body, headers=headers)
 
-    async def health_handler(_request: web.Request) -> web.Response:
-        status, body = health(publisher.current, time.time(), interval, backend)
+    async def health_handler(request: web.Request) -> web.Response:
+        # /health never fails for a lost GPU or a missing kubelet; /health/gpus does (issue 9)
+        strict = request.path.rstrip("/") == "/health/gpus"
+        status, body = health(publisher.current, time.time(), interval, backend, strict=strict)
         for name, status_of in (sinks or {}).items():
             body[name] = status_of()
         return web.Response(status=status, text=json.dumps(body) + "\n",
@@ -59,6 +61,7 @@ def make_app(publisher: Publisher, *, interval: float, backend: str,
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health_handler)
+    app.router.add_get("/health/gpus", health_handler)
     app.router.add_get("/", index)
     return app
 

@@ -28,18 +28,41 @@ def test_stale_collection_is_503_with_age() -> None:
     assert code == 503 and "last collection" in body["reasons"][0]
 
 
-def test_lost_gpu_is_503_naming_it_and_failed_backend_too() -> None:
+def test_lost_gpu_keeps_200_with_the_loss_in_the_body_and_strict_probe_fails() -> None:
+    # issue 9: dcgm-exporter's chart uses /health for liveness; a 503 for one lost GPU would
+    # restart-loop the pod and take the healthy GPUs of the node out of the Service too
     snap = simulated_snapshot(2)
     lost = Snapshot(taken_at=snap.taken_at, samples=snap.samples[:1],
                     stages=(StageResult("backend", 0.01, False, "gpu 1: GpuIsLost"),),
                     lost_devices=(("gpu 1 (GPU-abc)", "GPU is lost"),))
     code, body = health(pub(lost), lost.taken_at, 1.0, "nvml")
-    assert code == 503 and body["lost_devices"] == ["gpu 1 (GPU-abc)"]
-    assert body["reasons"] == ["gpu 1 (GPU-abc): GPU is lost"]
+    assert code == 200 and body["status"] == "degraded"
+    assert body["lost_devices"] == ["gpu 1 (GPU-abc)"] and body["reasons"] == []
+    assert body["warnings"] == ["gpu 1 (GPU-abc): GPU is lost"]
+    code, body = health(pub(lost), lost.taken_at, 1.0, "nvml", strict=True)
+    assert code == 503 and body["status"] == "unhealthy"
+
+
+def test_every_gpu_unreadable_or_backend_down_is_503() -> None:
+    snap = simulated_snapshot(2)
+    all_lost = Snapshot(taken_at=snap.taken_at, samples=(),
+                        stages=(StageResult("backend", 0.01, False, "lost"),),
+                        lost_devices=(("gpu 0 (GPU-a)", "GPU is lost"),
+                                      ("gpu 1 (GPU-b)", "GPU is lost")))
+    code, body = health(pub(all_lost), all_lost.taken_at, 1.0, "nvml")
+    assert code == 503 and body["reasons"] == ["every GPU is unreadable"]
     broken = Snapshot(taken_at=snap.taken_at, samples=(),
                       stages=(StageResult("backend", 0.01, False, "RuntimeError: boom"),))
     code, body = health(pub(broken), broken.taken_at, 1.0, "nvml")
     assert code == 503 and "backend: RuntimeError: boom" in body["reasons"]
+
+
+def test_partial_backend_failure_is_a_warning_not_a_failure() -> None:
+    snap = simulated_snapshot(2)
+    partial = Snapshot(taken_at=snap.taken_at, samples=snap.samples,
+                       stages=(StageResult("backend", 0.01, False, "2 calls failed"),))
+    code, body = health(pub(partial), partial.taken_at, 1.0, "nvml")
+    assert code == 200 and body["warnings"] == ["backend: 2 calls failed"]
 
 
 def test_kubelet_unavailable_does_not_fail_health() -> None:
@@ -48,3 +71,8 @@ def test_kubelet_unavailable_does_not_fail_health() -> None:
                     attribution_status="unavailable: socket missing")
     code, body = health(pub(snap), snap.taken_at, 1.0, "simulated")
     assert code == 200 and body["kubelet"] == "unavailable: socket missing"
+    assert body["status"] == "degraded" and body["warnings"] == [
+        "kubelet unavailable: socket missing"]
+    # the kubelet is not a GPU: even the strict probe stays up without it
+    code, _ = health(pub(snap), snap.taken_at, 1.0, "simulated", strict=True)
+    assert code == 200
