@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from podgpu import __version__, logs
+from podgpu import __version__, cwcommands, logs
 from podgpu.attribution.attributor import build_attributor
 from podgpu.attribution.base import Attributor
 from podgpu.backends.base import Backend
@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     # `burn` parses its own flags (see main) so serving never imports it.
     sub.add_parser("burn", help="GPU load generator (gpu-burn pattern): podgpu burn --help",
                    add_help=False)
+    for name, (_module, text) in cwcommands.COMMANDS.items():
+        sub.add_parser(name, help=f"{text}: podgpu {name} --help", add_help=False)
     return parser
 
 
@@ -63,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_list or (args_list[0].startswith("-")
                          and args_list[0] not in ("-h", "--help", "-v", "--version")):
         args_list.insert(0, "serve")  # dcgm-exporter style: flags only
+    if args_list[0] in cwcommands.COMMANDS:
+        return cwcommands.run(args_list[0], args_list[1:])
     if args_list[0] == "burn":
         burn = burn_module()
         burn_parser = argparse.ArgumentParser(prog="podgpu burn", description=burn.__doc__)

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from podgpu.model import Snapshot
@@ -19,7 +19,7 @@ from podgpu.sinks.cloudwatch.destinations import Destination
 from podgpu.sinks.cloudwatch.encode import Encoder
 from podgpu.sinks.cloudwatch.queue import EventQueue
 from podgpu.sinks.cloudwatch.sender import EmfStats, Sender
-from podgpu.sinks.cloudwatch.series import SeriesBuilder
+from podgpu.sinks.cloudwatch.series import Item, LabelKey, SeriesBuilder
 from podgpu.sinks.cloudwatch.window import ClosedWindow, WindowAccumulator
 from podgpu.sinks.prometheus.text import family_header, format_seconds
 
@@ -31,7 +31,7 @@ STOP_GRACE_SECONDS = 5.0
 class EmfSink:
     def __init__(
         self,
-        builder: SeriesBuilder,
+        builder: SeriesBuilder | None,
         encoder: Encoder,
         queue: EventQueue,
         destination: Destination,
@@ -56,7 +56,13 @@ class EmfSink:
 
     def offer(self, snapshot: Snapshot) -> None:
         """Add one snapshot; hand a closed window to the sink's thread. Never blocks."""
-        closed = self._acc.add(snapshot.taken_at, self._builder.series(snapshot))
+        assert self._builder is not None, "a sink without a SeriesBuilder takes offer_series()"
+        self.offer_series(snapshot.taken_at, self._builder.series(snapshot))
+
+    def offer_series(self, taken_at: float, series: Iterable[tuple[LabelKey, str, list[Item]]]
+                     ) -> None:
+        """Add one cycle's series from any source (a snapshot, or `podgpu emf`'s scrapes)."""
+        closed = self._acc.add(taken_at, series)
         if closed is not None:
             self._handoff.append(closed)
             self._wake.set()

@@ -1,0 +1,61 @@
+"""Prometheus text exposition -> metric families, with prometheus_client's maintained parser.
+
+The parser renames counter samples to the OpenMetrics form (`foo` becomes `foo_total` unless the
+`# TYPE` line already said `foo_total`). dcgm-exporter's counters have no `_total`
+(`DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`), and CloudWatch declarations select the name as exposed,
+so the names are put back: a counter whose `# TYPE` name has no `_total` gets its samples' added
+suffix removed. This module is the only importer of prometheus_client.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from podgpu.errors import PodgpuError
+
+_TYPE_LINE = re.compile(r"^[ \t]*#[ \t]+TYPE[ \t]+(\S+)[ \t]+counter[ \t]*$", re.MULTILINE)
+
+
+class ParseError(PodgpuError):
+    """The target's answer is not valid Prometheus text format."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    name: str
+    type: str
+    """gauge, counter, summary, histogram, or what the parser says for anything else
+    (unknown, info, stateset, gaugehistogram)."""
+    samples: tuple[Sample, ...]
+
+
+def parse_exposition(text: str) -> list[Family]:
+    """Every family of one scrape; ParseError names the problem."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError as exc:  # pragma: no cover - the bridge extra is missing
+        raise ParseError(f"podgpu emf needs prometheus_client ({exc}): install podgpu[bridge]"
+                         ) from None
+    plain_counters = {n for n in _TYPE_LINE.findall(text) if not n.endswith("_total")}
+    out: list[Family] = []
+    try:
+        for fam in text_string_to_metric_families(text):
+            restore = fam.type == "counter" and fam.name in plain_counters
+            samples = []
+            for s in fam.samples:
+                name = s.name
+                if restore and name == fam.name + "_total":
+                    name = fam.name
+                samples.append(Sample(name, dict(s.labels), float(s.value)))
+            out.append(Family(fam.name, fam.type, tuple(samples)))
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise ParseError(f"not Prometheus text format: {exc or type(exc).__name__}") from None
+    return out
