@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from podgpu.bridge.scrape import parse_url
 from podgpu.config import OPTIONS as SERVE_OPTIONS
 from podgpu.config import Option, parse_bool
 from podgpu.errors import ConfigError
@@ -148,6 +149,8 @@ def settings_from(ns: argparse.Namespace, env: Mapping[str, str] | None = None
                           f"{values['scrape_interval']:g}")
     host, port = _address(values.pop("address"))
     targets = values.pop("scrape")
+    for t in targets:
+        parse_url(t)  # ConfigError for anything but an http(s) URL
     if len(set(targets)) != len(targets):
         raise ConfigError("--scrape: the same URL is given twice")
     node = env.get("NODE_NAME", "") or socket.gethostname()
