@@ -61,7 +61,8 @@ class CallGroup:
 class RateEntry:
     field: Field
     field_ids: tuple[int, ...]
-    """Cumulative NVML field ids summed over all links (scope 0xFFFFFFFF)."""
+    """Cumulative NVML field ids summed over all links (scope 0xFFFFFFFF) or one link."""
+    scope: int = ALL_LINKS
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,7 @@ class Plan:
             e.field_id if e.scope is None else (e.field_id, e.scope) for e in self.fv
         ]
         for r in self.rates:
-            ids.extend((fid, ALL_LINKS) for fid in r.field_ids)
+            ids.extend((fid, r.scope) for fid in r.field_ids)
         return ids
 
     @property
@@ -124,7 +125,8 @@ def build_plan(lib: Lib, fields: Sequence[Field]) -> Plan:
         elif src.kind == "rate":
             ids = [resolve(r, f) for r in (src.ref, src.arg) if r]
             if all(i is not None for i in ids):
-                rates.append(RateEntry(f, tuple(int(i) for i in ids)))
+                link = int(src.pick) if src.pick else ALL_LINKS  # one link (issue 9) or all
+                rates.append(RateEntry(f, tuple(int(i) for i in ids), link))
         elif src.kind == "call":
             if resolve(src.ref, f) is None or (src.arg and resolve(src.arg, f) is None):
                 continue

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal
 
+from podgpu.fields import names
+
 PromType = Literal["gauge", "counter", "label"]
 ValueType = Literal["int", "float", "str"]
 SourceKind = Literal["fv", "call", "gpm", "rate", "event", "system", "exporter"]
@@ -31,7 +33,8 @@ class Source:
               constant, `arg` an optional scope id.
       call    a plain NVML call `ref(handle[, arg])`; `pick` selects an attribute or tuple index.
       gpm     an NVML GPM metric (`ref` = NVML_GPM_METRIC_*) over the previous cycle's sample pair.
-      rate    per-second rate of cumulative NVML field values `ref` (+ `arg`), summed.
+      rate    per-second rate of cumulative NVML field values `ref` (+ `arg`), summed over all
+              links, or over the one link `pick` names.
       event   recorded from the NVML event thread (XID).
       system  a node-wide NVML call without a device handle.
       exporter computed by podgpu itself from other fields (DCGM_EXP_*).
@@ -122,6 +125,22 @@ def _gpm(ref: str, scale: float) -> Source:
 
 _PCT = 0.01  # GPM percent -> DCGM ratio 0..1
 _ALL_LINKS = "0xFFFFFFFF"
+# DCGM's per-link NVLink bandwidth ids: links 0-5, 12-14, 6-11, 15-17 sit in separate ranges
+# (dcgm-field-names.csv: DCGM_FI_DEV_NVLINK_BANDWIDTH_L<n>, 1.x spelling of THROUGHPUT_L<n>).
+NVLINK_LINK_IDS: tuple[int, ...] = (440, 441, 442, 443, 444, 445, 475, 476, 477, 478, 479, 480,
+                                    446, 447, 448, 494, 495, 496)
+
+
+def _nvlink_links() -> tuple[Field, ...]:
+    """DCGM_FI_DEV_NVLINK_BANDWIDTH_L0..L17: the total's arithmetic on one link's counters."""
+    return tuple(
+        _f(f"DCGM_FI_DEV_NVLINK_BANDWIDTH_L{n}", fid, "counter", "int", "MB/s",
+           f"NVLink bandwidth of link {n}, tx plus rx.",
+           Source("rate", "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX",
+                  arg="NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", pick=str(n), scale=0.001))
+        for n, fid in enumerate(NVLINK_LINK_IDS)
+    )
+
 
 CATALOG: tuple[Field, ...] = (
     # --- static labels (DCGM_FT_STRING; exported as labels when the list types them `label`)
@@ -295,11 +314,95 @@ CATALOG: tuple[Field, ...] = (
     _f("DCGM_FI_PROF_NVLINK_RX_BYTES", 1012, "gauge", "int", "B/s",
        "The rate of data received over NVLink, not including protocol headers, in bytes per "
        "second.", _gpm("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", MIB), "both"),
+    # --- issue 9: more of what NVML can read (ids and names: dcgm-field-names.csv)
+    _f("DCGM_FI_CUDA_DRIVER_VERSION", 5, "gauge", "int", "version",
+       "CUDA driver version (e.g. 12040 for 12.4).",
+       Source("system", "nvmlSystemGetCudaDriverVersion")),
+    _f("DCGM_FI_DEV_NAME", 50, "label", "str", "", "Name of the GPU device",
+       _call("nvmlDeviceGetName")),
+    _f("DCGM_FI_DEV_NVML_INDEX", 52, "gauge", "int", "index", "NVML index of this GPU.",
+       _call("nvmlDeviceGetIndex")),
+    _f("DCGM_FI_DEV_UUID", 54, "label", "str", "", "UUID corresponding to the device",
+       _call("nvmlDeviceGetUUID")),
+    _f("DCGM_FI_DEV_MINOR_NUMBER", 55, "gauge", "int", "minor",
+       "Device node minor number /dev/nvidia#.", _call("nvmlDeviceGetMinorNumber")),
+    _f("DCGM_FI_DEV_COMPUTE_MODE", 65, "gauge", "int", "enum",
+       "Compute mode (0 default, 2 exclusive process, 3 prohibited).",
+       _call("nvmlDeviceGetComputeMode")),
+    _f("DCGM_FI_DEV_PERSISTENCE_MODE", 66, "gauge", "int", "bool",
+       "Persistence mode (1 enabled).", _call("nvmlDeviceGetPersistenceMode")),
+    _f("DCGM_FI_DEV_MIG_MODE", 67, "gauge", "int", "bool", "MIG mode (1 enabled, current).",
+       _call("nvmlDeviceGetMigMode", pick="0")),
+    _f("DCGM_FI_DEV_VIDEO_CLOCK", 102, "gauge", "int", "MHz", "Video clock (in MHz).",
+       _call("nvmlDeviceGetClockInfo", "NVML_CLOCK_VIDEO")),
+    _f("DCGM_FI_DEV_MAX_SM_CLOCK", 113, "gauge", "int", "MHz", "Maximum SM clock (in MHz).",
+       _call("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM")),
+    _f("DCGM_FI_DEV_MAX_MEM_CLOCK", 114, "gauge", "int", "MHz",
+       "Maximum memory clock (in MHz).", _call("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_MEM")),
+    _f("DCGM_FI_DEV_MAX_VIDEO_CLOCK", 115, "gauge", "int", "MHz",
+       "Maximum video clock (in MHz).", _call("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_VIDEO")),
+    _f("DCGM_FI_DEV_MEM_MAX_OP_TEMP", 151, "gauge", "int", "C",
+       "Maximum operating temperature for the memory of this GPU (in C).",
+       _call("nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_MEM_MAX")),
+    _f("DCGM_FI_DEV_GPU_MAX_OP_TEMP", 152, "gauge", "int", "C",
+       "Maximum operating temperature for this GPU (in C).",
+       _call("nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_GPU_MAX")),
+    _f("DCGM_FI_DEV_SLOWDOWN_TEMP", 158, "gauge", "int", "C", "Slowdown temperature (in C).",
+       _call("nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN")),
+    _f("DCGM_FI_DEV_SHUTDOWN_TEMP", 159, "gauge", "int", "C", "Shutdown temperature (in C).",
+       _call("nvmlDeviceGetTemperatureThreshold", "NVML_TEMPERATURE_THRESHOLD_SHUTDOWN")),
+    _f("DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN", 161, "gauge", "float", "W",
+       "Minimum power management limit (in W).",
+       _call("nvmlDeviceGetPowerManagementLimitConstraints", pick="0", scale=0.001)),
+    _f("DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX", 162, "gauge", "float", "W",
+       "Maximum power management limit (in W).",
+       _call("nvmlDeviceGetPowerManagementLimitConstraints", pick="1", scale=0.001)),
+    _f("DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF", 163, "gauge", "float", "W",
+       "Default power management limit (in W).",
+       _call("nvmlDeviceGetPowerManagementDefaultLimit", scale=0.001)),
+    _f("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 164, "gauge", "float", "W",
+       "Effective power limit that the driver enforces (in W).",
+       _call("nvmlDeviceGetEnforcedPowerLimit", scale=0.001)),
+    # nvmlDeviceGetPcieThroughput samples a byte counter over 20 ms inside the call (each
+    # direction costs ~20 ms per GPU per cycle, reference/nvml.md §7): only read when listed.
+    _f("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", 200, "gauge", "int", "KB/s",
+       "PCIe Tx utilization information (in KB/s).",
+       _call("nvmlDeviceGetPcieThroughput", "NVML_PCIE_UTIL_TX_BYTES")),
+    _f("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", 201, "gauge", "int", "KB/s",
+       "PCIe Rx utilization information (in KB/s).",
+       _call("nvmlDeviceGetPcieThroughput", "NVML_PCIE_UTIL_RX_BYTES")),
+    _f("DCGM_FI_DEV_PCIE_MAX_LINK_GEN", 235, "gauge", "int", "gen", "PCIe max link generation.",
+       _call("nvmlDeviceGetMaxPcieLinkGeneration")),
+    _f("DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", 236, "gauge", "int", "lanes", "PCIe max link width.",
+       _call("nvmlDeviceGetMaxPcieLinkWidth")),
+    _f("DCGM_FI_DEV_PCIE_LINK_GEN", 237, "gauge", "int", "gen", "PCIe current link generation.",
+       _call("nvmlDeviceGetCurrPcieLinkGeneration")),
+    _f("DCGM_FI_DEV_PCIE_LINK_WIDTH", 238, "gauge", "int", "lanes", "PCIe current link width.",
+       _call("nvmlDeviceGetCurrPcieLinkWidth")),
+    *_nvlink_links(),
+    _f("DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE", 1013, "gauge", "float", "ratio",
+       "Ratio of cycles the tensor (IMMA) pipe is active.",
+       _gpm("NVML_GPM_METRIC_IMMA_TENSOR_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE", 1014, "gauge", "float", "ratio",
+       "Ratio of cycles the tensor (HMMA) pipe is active.",
+       _gpm("NVML_GPM_METRIC_HMMA_TENSOR_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE", 1015, "gauge", "float", "ratio",
+       "Ratio of cycles the tensor (DFMA) pipe is active.",
+       _gpm("NVML_GPM_METRIC_DFMA_TENSOR_UTIL", _PCT), "both"),
+    _f("DCGM_FI_PROF_PIPE_INT_ACTIVE", 1016, "gauge", "float", "ratio",
+       "Ratio of cycles the integer pipe is active.",
+       _gpm("NVML_GPM_METRIC_INTEGER_UTIL", _PCT), "both"),
     # --- computed by the exporter (dcgm-exporter's DCGM_EXP_* ids)
     _f("DCGM_EXP_XID_ERRORS_COUNT", 9001, "counter", "int", "count",
        "reported XIDs during last window", Source("exporter", "DCGM_FI_DEV_XID_ERRORS")),
     _f("DCGM_EXP_CLOCK_EVENTS_COUNT", 9002, "counter", "int", "count",
        "reported clock events", Source("exporter", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")),
+    _f("DCGM_EXP_GPU_HEALTH_STATUS", 9003, "gauge", "int", "enum",
+       "GPU health per subsystem from NVML (0 pass, 10 warn, 20 fail)",
+       Source("exporter", "health")),
+    _f("DCGM_EXP_P2P_STATUS", 9004, "gauge", "int", "enum",
+       "P2P NvLink status to each peer GPU (nvmlGpuP2PStatus_t)",
+       Source("exporter", "nvmlDeviceGetP2PStatus", arg="NVML_P2P_CAPS_INDEX_NVLINK")),
 )
 
 # DCGM 4.6 renamed many macros; the old spelling is the metric name (reference/nvml.md §0.1).
@@ -329,11 +432,26 @@ BY_NAME: Mapping[str, Field] = MappingProxyType({f.name: f for f in CATALOG})
 BY_ID: Mapping[int, Field] = MappingProxyType({f.id: f for f in CATALOG})
 
 
+def dcgm_id(name: str) -> int | None:
+    """The DCGM field id of any spelling dcgm-exporter accepts (current, legacy, 1.x `dcgm_*`,
+    a newer DCGM's rename, or a DCGM_EXP_* name); None for a name that is no DCGM field."""
+    f = BY_NAME.get(ALIASES.get(name, name))
+    if f is not None:
+        return f.id
+    return names.ids().get(name)
+
+
 def lookup(name: str) -> Field | None:
-    """The catalog entry for a DCGM field name or its DCGM 4.6 alias; None if unknown."""
-    return BY_NAME.get(ALIASES.get(name, name))
+    """The catalog entry (a field podgpu can read) for any spelling of a DCGM field; None when
+    podgpu cannot read it or it is no DCGM field (tell the two apart with `dcgm_id`)."""
+    f = BY_NAME.get(ALIASES.get(name, name))
+    if f is not None:
+        return f
+    fid = names.ids().get(name)
+    return BY_ID.get(fid) if fid is not None else None
 
 
 def closest(name: str, n: int = 3) -> list[str]:
     """Known field names closest to `name`, for 'unknown field' messages."""
-    return difflib.get_close_matches(name, list(BY_NAME) + list(ALIASES), n=n, cutoff=0.5)
+    pool = set(BY_NAME) | set(ALIASES) | set(names.ids())
+    return difflib.get_close_matches(name, sorted(pool), n=n, cutoff=0.5)

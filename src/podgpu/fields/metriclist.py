@@ -1,9 +1,15 @@
 """Metric lists in dcgm-exporter's 3-column CSV format: `DCGM field, Prometheus type, help`.
 
 Rules (reference/dcgm-exporter.md §3.1): `#` starts a comment line, blank lines are skipped, every
-cell is trimmed, a help text with a comma is CSV-quoted. A row typed `label` turns a string field
-into a label on every series instead of a metric. Any problem is a `MetricListError` naming the
-file, the line and what is wrong, so `podgpu serve` can exit 2 before it starts anything.
+cell is trimmed, a help text with a comma is CSV-quoted. A row typed `label` turns a field into a
+label on every series instead of a metric.
+
+Any list dcgm-exporter accepts starts podgpu (issue 9): every DCGM name and alias resolves through
+the generated name table; a real field podgpu cannot read is a warning and an `UnavailableRow`
+(podgpu_field_unavailable), `histogram`/`summary` rows are exported as gauges, a repeated row is
+ignored with a warning. Only a malformed row or a name that is no DCGM field at all is a
+`MetricListError` naming the file, the line and what is wrong, so `podgpu serve` exits 2 before
+it starts anything.
 """
 
 from __future__ import annotations
@@ -14,61 +20,100 @@ from dataclasses import dataclass
 from importlib import resources
 
 from podgpu.errors import MetricListError
-from podgpu.fields.catalog import Field, closest, lookup
+from podgpu.fields.catalog import BY_NAME, Field, closest, dcgm_id, lookup
 
-VALID_TYPES = ("gauge", "counter", "label")
-REJECTED_TYPES = {
-    "histogram": "a DCGM field is one number per cycle, not a distribution; use gauge or counter",
-    "summary": "a DCGM field is one number per cycle, not a distribution; use gauge or counter",
-}
-# dcgm-exporter names podgpu knows but does not produce yet: skipped with a warning, not refused,
-# so an existing list keeps working.
-NOT_PRODUCED = {
-    "DCGM_EXP_GPU_HEALTH_STATUS": "DCGM health watches have no NVML equivalent",
-    "DCGM_EXP_P2P_STATUS": "P2P status is not read yet",
-}
+VALID_TYPES = ("gauge", "counter", "histogram", "summary", "label")
+# dcgm-exporter echoes `histogram`/`summary` into `# TYPE` over a plain sample, which strict
+# parsers reject; one number per cycle is a gauge, so podgpu prints `# TYPE ... gauge` for them.
+RENDERED_AS = {"histogram": "gauge", "summary": "gauge"}
+NOT_READABLE = "not readable through NVML"
+STRING_AS_NUMBER = "a string field; list it with type label"
 DEFAULT_NAME = "default-counters.csv"
 
 
 @dataclass(frozen=True, slots=True)
 class MetricRow:
-    """One active row: the catalog field, the type to print in `# TYPE`, the help text."""
+    """One active row: the catalog field, the type to print in `# TYPE`, the help text, and the
+    name as the list spells it (`metric`), which is the name podgpu exports (dcgm-exporter keeps
+    the list's spelling: an alias or a 1.x `dcgm_*` name stays as written)."""
 
     field: Field
     prom_type: str
     help: str
     line: int
+    metric: str = ""
 
     @property
     def name(self) -> str:
+        """The catalog name: the key of the field's value in a `Sample`."""
         return self.field.name
+
+    @property
+    def out(self) -> str:
+        """The exported metric (or label) name: the list's spelling."""
+        return self.metric or self.field.name
+
+
+@dataclass(frozen=True, slots=True)
+class UnavailableRow:
+    """A row naming a real DCGM field that podgpu cannot export: warned about at start and shown
+    as podgpu_field_unavailable{field, reason}, never an exit."""
+
+    name: str
+    id: int
+    line: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class MetricList:
-    """The parsed list: metric rows in file order, label rows, and warnings for skipped rows."""
+    """The parsed list: metric rows in file order, label rows, rows podgpu cannot export, and
+    warnings for the log."""
 
     path: str
     metrics: tuple[MetricRow, ...]
     labels: tuple[MetricRow, ...]
     warnings: tuple[str, ...] = ()
+    unavailable: tuple[UnavailableRow, ...] = ()
 
     @property
     def fields(self) -> tuple[Field, ...]:
-        """Every field a backend must read (metrics and labels) in file order."""
-        return tuple(r.field for r in self.metrics + self.labels)
+        """Every field a backend must read (metrics, labels and what the exporter-computed
+        fields are derived from) in file order, each once."""
+        out: dict[str, Field] = {}
+        for r in self.metrics + self.labels:
+            out.setdefault(r.name, r.field)
+        for f in list(out.values()):
+            for dep in DERIVED_FROM.get(f.name, ()):
+                if dep in BY_NAME:
+                    out.setdefault(dep, BY_NAME[dep])
+        return tuple(out.values())
 
     def without(self, names: set[str]) -> MetricList:
         """The same list without some metric rows (e.g. DCP rows on a node without GPM)."""
         keep = tuple(r for r in self.metrics if r.name not in names)
-        return MetricList(self.path, keep, self.labels, self.warnings)
+        return MetricList(self.path, keep, self.labels, self.warnings, self.unavailable)
+
+
+# What the exporter-computed fields are derived from (read even when not listed).
+DERIVED_FROM: dict[str, tuple[str, ...]] = {
+    "DCGM_EXP_GPU_HEALTH_STATUS": (
+        "DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_RETIRED_PENDING",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_SLOWDOWN_TEMP"),
+}
 
 
 def parse_metric_list(text: str, path: str = "<string>") -> MetricList:
-    """Parse CSV text; raises MetricListError on the first problem."""
+    """Parse CSV text; raises MetricListError on a malformed row or a name that is no DCGM
+    field. A real DCGM field podgpu cannot read becomes an `UnavailableRow` with a warning."""
     metrics: list[MetricRow] = []
     labels: list[MetricRow] = []
     warnings: list[str] = []
+    unavailable: list[UnavailableRow] = []
     seen: dict[str, int] = {}
     lines = text.splitlines()
     for lineno, raw in enumerate(lines, start=1):
@@ -87,38 +132,43 @@ def parse_metric_list(text: str, path: str = "<string>") -> MetricList:
                 f"{stripped!r}; quote a help text that contains a comma",
             )
         name, ptype, help_ = cells
-        if name in NOT_PRODUCED:
-            warnings.append(f"{path}:{lineno}: skipping {name}: {NOT_PRODUCED[name]}")
-            continue
-        fld = lookup(name)
-        if fld is None:
+        fid = dcgm_id(name)
+        if fid is None:
             hint = closest(name)
             suggestion = f"; closest known: {', '.join(hint)}" if hint else ""
             raise MetricListError(path, lineno, f"unknown DCGM field {name!r}{suggestion}")
-        if ptype in REJECTED_TYPES:
-            raise MetricListError(path, lineno, f"type {ptype!r} for {name}: {REJECTED_TYPES[ptype]}")
         if ptype not in VALID_TYPES:
-            raise MetricListError(
-                path, lineno, f"unknown Prometheus type {ptype!r} for {name}; use one of "
-                f"{', '.join(VALID_TYPES)}",
-            )
-        if ptype == "label" and fld.value_type != "str":
-            raise MetricListError(
-                path, lineno, f"{name} is a {fld.value_type} field and cannot be a label; use "
-                f"{fld.prom_type}",
-            )
-        if ptype != "label" and fld.value_type == "str":
-            raise MetricListError(
-                path, lineno, f"{name} is a string field; it can only be typed label",
-            )
-        if fld.name in seen:
-            raise MetricListError(
-                path, lineno, f"{fld.name} is already listed on line {seen[fld.name]}",
-            )
-        seen[fld.name] = lineno
-        row = MetricRow(fld, ptype, help_, lineno)
+            if name.startswith("DCGM_EXP_"):  # dcgm-exporter does not type-check these rows
+                warnings.append(f"{path}:{lineno}: {name}: unknown type {ptype!r}, using gauge")
+                ptype = "gauge"
+            else:
+                raise MetricListError(
+                    path, lineno, f"unknown Prometheus type {ptype!r} for {name}; use one of "
+                    f"{', '.join(VALID_TYPES)}",
+                )
+        if ptype in RENDERED_AS:
+            warnings.append(f"{path}:{lineno}: {name} is typed {ptype}: podgpu exports its one "
+                            f"value per cycle as {RENDERED_AS[ptype]}")
+            ptype = RENDERED_AS[ptype]
+        if name in seen:
+            warnings.append(f"{path}:{lineno}: {name} is already listed on line {seen[name]}; "
+                            "this row is ignored")
+            continue
+        seen[name] = lineno
+        fld = lookup(name)
+        reason = ""
+        if fld is None:
+            reason = NOT_READABLE
+        elif ptype != "label" and fld.value_type == "str":
+            reason = STRING_AS_NUMBER
+        if fld is None or reason:
+            unavailable.append(UnavailableRow(name, fid, lineno, reason))
+            warnings.append(f"{path}:{lineno}: {name} (DCGM field {fid}) will not be exported: "
+                            f"{reason}")
+            continue
+        row = MetricRow(fld, ptype, help_, lineno, name)
         (labels if ptype == "label" else metrics).append(row)
-    return MetricList(path, tuple(metrics), tuple(labels), tuple(warnings))
+    return MetricList(path, tuple(metrics), tuple(labels), tuple(warnings), tuple(unavailable))
 
 
 def load_metric_list(path: str) -> MetricList:

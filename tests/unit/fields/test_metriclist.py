@@ -63,11 +63,6 @@ def test_dcgm_46_alias_is_emitted_under_the_old_name() -> None:
         ("# c\nDCGM_FI_DEV_GPU_UTIL, gauge, a, b\n", 2, "found 4"),
         ("DCGM_FI_DEV_GPU_UTILL, gauge, x\n", 1, "closest known: DCGM_FI_DEV_GPU_UTIL"),
         ("DCGM_FI_DEV_GPU_UTIL, gague, x\n", 1, "unknown Prometheus type 'gague'"),
-        ("DCGM_FI_DEV_GPU_UTIL, histogram, x\n", 1, "not a distribution"),
-        ("DCGM_FI_DEV_GPU_UTIL, label, x\n", 1, "cannot be a label"),
-        ("DCGM_FI_DRIVER_VERSION, gauge, x\n", 1, "can only be typed label"),
-        ("DCGM_FI_DEV_GPU_UTIL, gauge, x\n\nDCGM_FI_DEV_GPU_UTIL, gauge, y\n", 3,
-         "already listed on line 1"),
         ('DCGM_FI_DEV_GPU_UTIL, gauge, "unterminated\n', 1, "unclosed quote"),
     ],
 )
@@ -80,11 +75,60 @@ def test_bad_rows_name_file_line_and_problem(text: str, line: int, needle: str) 
     assert str(exc.value).startswith(f"my.csv:{line}: ")
 
 
-def test_exporter_rows_podgpu_does_not_produce_are_skipped_with_a_warning() -> None:
-    ml = parse_metric_list("DCGM_EXP_P2P_STATUS, counter, p2p\nDCGM_FI_DEV_GPU_UTIL, gauge, u\n",
-                           "l.csv")
+def test_every_exporter_row_is_a_metric() -> None:
+    ml = parse_metric_list("DCGM_EXP_P2P_STATUS, counter, p2p\nDCGM_EXP_GPU_HEALTH_STATUS, "
+                           "counter, h\nDCGM_EXP_XID_ERRORS_COUNT, counter, x\n"
+                           "DCGM_EXP_CLOCK_EVENTS_COUNT, counter, c\n", "l.csv")
+    assert [r.field.id for r in ml.metrics] == [9004, 9003, 9001, 9002]
+    assert ml.warnings == () and ml.unavailable == ()
+
+
+def test_alias_and_1x_rows_keep_the_lists_spelling() -> None:
+    # dcgm-exporter exports a row under the name the list gives it; queries on it must not go empty
+    ml = parse_metric_list("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, gauge, r\n"
+                           "dcgm_gpu_temp, gauge, t\nDCGM_FI_DEV_BOARD_SERIAL, label, s\n")
+    assert [(r.out, r.name) for r in ml.metrics] == [
+        ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),
+        ("dcgm_gpu_temp", "DCGM_FI_DEV_GPU_TEMP"),
+    ]
+    assert [(r.out, r.name) for r in ml.labels] == [("DCGM_FI_DEV_BOARD_SERIAL",
+                                                    "DCGM_FI_DEV_SERIAL")]
+
+
+def test_real_dcgm_fields_podgpu_cannot_read_are_warnings_not_errors() -> None:
+    # ids from go-dcgm's table: a field DCGM has that NVML alone cannot give (DCGM_FI_DEV_COUNT
+    # is read; DCGM_FI_PROCESS_NAME, id 3, is a per-process DCGM record)
+    ml = parse_metric_list("DCGM_FI_PROCESS_NAME, gauge, p\nDCGM_FI_DEV_GPU_UTIL, gauge, u\n"
+                           "DCGM_FI_DRIVER_VERSION, gauge, v\n", "l.csv")
     assert [r.name for r in ml.metrics] == ["DCGM_FI_DEV_GPU_UTIL"]
-    assert ml.warnings and ml.warnings[0].startswith("l.csv:1: skipping DCGM_EXP_P2P_STATUS")
+    assert [(u.name, u.id, u.line, u.reason) for u in ml.unavailable] == [
+        ("DCGM_FI_PROCESS_NAME", 3, 1, "not readable through NVML"),
+        ("DCGM_FI_DRIVER_VERSION", 1, 3, "a string field; list it with type label"),
+    ]
+    assert ml.warnings[0].startswith("l.csv:1: DCGM_FI_PROCESS_NAME (DCGM field 3) will not be")
+
+
+def test_histogram_and_summary_are_accepted_as_gauges_and_repeats_ignored() -> None:
+    ml = parse_metric_list("DCGM_FI_DEV_GPU_UTIL, histogram, x\nDCGM_FI_DEV_FB_USED, summary, y\n"
+                           "DCGM_FI_DEV_GPU_UTIL, gauge, again\n", "l.csv")
+    assert [(r.name, r.prom_type, r.help) for r in ml.metrics] == [
+        ("DCGM_FI_DEV_GPU_UTIL", "gauge", "x"), ("DCGM_FI_DEV_FB_USED", "gauge", "y")]
+    assert any("typed histogram" in w for w in ml.warnings)
+    assert ml.warnings[-1] == ("l.csv:3: DCGM_FI_DEV_GPU_UTIL is already listed on line 1; "
+                               "this row is ignored")
+
+
+def test_a_numeric_field_may_be_a_label_as_in_dcgm_exporter() -> None:
+    ml = parse_metric_list("DCGM_FI_DEV_PSTATE, label, p\n")
+    assert [r.name for r in ml.labels] == ["DCGM_FI_DEV_PSTATE"] and ml.metrics == ()
+
+
+def test_health_status_pulls_in_what_it_is_derived_from() -> None:
+    ml = parse_metric_list("DCGM_EXP_GPU_HEALTH_STATUS, gauge, h\n")
+    names = [f.name for f in ml.fields]
+    assert names[0] == "DCGM_EXP_GPU_HEALTH_STATUS"
+    assert {"DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT",
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE"} <= set(names)
 
 
 def test_unreadable_and_binary_files(tmp_path: Path) -> None:

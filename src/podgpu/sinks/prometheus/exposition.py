@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from podgpu.fields.metriclist import MetricList
+from podgpu.fields.xid import error_labels
 from podgpu.model import Allocation, Sample, Snapshot
 from podgpu.sinks.prometheus import pods, selfmetrics
 from podgpu.sinks.prometheus.labels import (
@@ -22,6 +23,7 @@ from podgpu.sinks.prometheus.labels import (
 from podgpu.sinks.prometheus.text import family_header, format_value, label_pairs
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +38,8 @@ Pairs = tuple[tuple[str, str], ...]
 
 
 def _variants(
-    sample: Sample, label_fields: tuple[str, ...], holders: dict[str, list[Allocation]],
-    opts: LabelOptions,
+    sample: Sample, label_fields: tuple[tuple[str, str], ...],
+    holders: dict[str, list[Allocation]], opts: LabelOptions,
 ) -> list[tuple[Pairs, Pairs, Pairs, str]]:
     """(identity, sorted labels, attributes, rendered `{...}` body) for each series of a device:
     usually one, several with --kubernetes-virtual-gpus on a shared GPU."""
@@ -52,20 +54,27 @@ def _variants(
 
 def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> bytes:
     lopts = opts.labels
-    label_fields = tuple(sorted(r.name for r in metrics.labels))
+    # label rows: (value key, label name as the list spells it), sorted by label name
+    label_fields = tuple(sorted(((r.name, r.out) for r in metrics.labels), key=lambda p: p[1]))
     holders = holders_by_device(snapshot.allocations)
     variants = [(s, _variants(s, label_fields, holders, lopts)) for s in snapshot.samples]
     parts: list[str] = []
     for row in metrics.metrics:
-        name, vtype = row.name, row.field.value_type
+        key, name, vtype = row.name, row.out, row.field.value_type
         lines: list[str] = []
         for sample, series in variants:
-            value = sample.values.get(name)
+            value = sample.values.get(key)
             text = None if value is None else format_value(value, vtype)
-            if text is not None:
+            if text is not None and key == XID_FIELD:
+                # err_code/err_msg are attributes: after the labels, sorted with pod attributes
+                errs = error_labels(value)
+                lines.extend(
+                    f"{name}{{{label_pairs(ident + middle + tuple(sorted(attrs + errs)))}}}"
+                    f" {text}\n" for ident, middle, attrs, _ in series)
+            elif text is not None:
                 lines.extend(f"{name}{{{v[3]}}} {text}\n" for v in series)
             for lv in sample.labeled:
-                if lv.field == name:
+                if lv.field == key:
                     # exporter labels sort with the other labels, before pod attributes (§4.3)
                     text = format_value(lv.value, vtype)
                     if text is None:
@@ -79,5 +88,6 @@ def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> byte
             parts.append(family_header(name, row.help, row.prom_type))
             parts.extend(lines)
     parts.append(pods.render_pod_families(snapshot, lopts))
-    parts.append(selfmetrics.render_self_metrics(snapshot, lopts, opts.build_info, opts.timings))
+    parts.append(selfmetrics.render_self_metrics(snapshot, lopts, opts.build_info, opts.timings,
+                                                 unavailable=metrics.unavailable))
     return "".join(parts).encode("utf-8")

@@ -60,13 +60,24 @@ def short_identity_pairs(device: Device, opts: LabelOptions) -> Pairs:
     return tuple(pairs)
 
 
-def field_label_pairs(sample: Sample, label_fields: tuple[str, ...]) -> Pairs:
-    """Values of label-typed fields present on this sample (blank values are omitted)."""
+def field_label_pairs(
+    sample: Sample, label_fields: tuple[str, ...] | tuple[tuple[str, str], ...]
+) -> Pairs:
+    """Values of label-typed fields present on this sample (blank values are omitted).
+
+    Each entry is a field name, or (field name, label name) when the metric list spells the
+    field differently (an alias keeps the list's spelling as the label name). A numeric field
+    typed `label` gets dcgm-exporter's value text (`%d`, or `%f` for doubles)."""
     out = []
-    for name in label_fields:
-        v = sample.values.get(name)
-        if v is not None and str(v) != "":
-            out.append((name, str(v)))
+    for entry in label_fields:
+        key, name = (entry, entry) if isinstance(entry, str) else entry
+        v = sample.values.get(key)
+        if v is None:
+            continue
+        text = v if isinstance(v, str) else ("%d" % v if isinstance(v, int)  # noqa: UP031
+                                             else "%f" % v)  # noqa: UP031
+        if text != "":
+            out.append((name, text))
     return tuple(out)
 
 

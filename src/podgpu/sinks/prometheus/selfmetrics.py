@@ -6,6 +6,9 @@ Names follow Prometheus conventions (base units, `_total` on counters, `_info` f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from podgpu.fields.metriclist import UnavailableRow
 from podgpu.model import Snapshot
 from podgpu.sinks.prometheus.labels import LabelOptions, short_identity_pairs
 from podgpu.sinks.prometheus.text import family_header, format_seconds, label_pairs
@@ -16,6 +19,8 @@ def render_self_metrics(
     opts: LabelOptions,
     build_info: tuple[tuple[str, str], ...],
     timings: tuple[tuple[str, float], ...],
+    *,
+    unavailable: Sequence[UnavailableRow] = (),
 ) -> str:
     out: list[str] = []
     out.append(family_header("podgpu_build_info",
@@ -59,7 +64,11 @@ def render_self_metrics(
     out.append(f'podgpu_devices{{state="ok"}} {len(snapshot.samples)}\n')
     out.append(f'podgpu_devices{{state="lost"}} {len(snapshot.lost_devices)}\n')
 
-    missing_lines = []
+    # listed rows no device of this node can export (issue 9): node-wide, without device labels
+    missing_lines = [
+        f"podgpu_field_unavailable{{{label_pairs((('field', u.name), ('reason', u.reason)))}}} 1\n"
+        for u in unavailable
+    ]
     for s in snapshot.samples:
         ident = short_identity_pairs(s.device, opts)
         for name, reason in sorted(s.missing.items()):
