@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from podgpu.sinks.prometheus.labels import LabelOptions
 
 log = logging.getLogger("podgpu")
-COMMANDS = ("serve", "fields", "burn")
+COMMANDS = ("serve", "fields", "burn", "top")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                    add_help=False)
     for name, (_module, text) in cwcommands.COMMANDS.items():
         sub.add_parser(name, help=f"{text}: podgpu {name} --help", add_help=False)
+    sub.add_parser("top", help="GPUs and pods of one or many nodes in the terminal: "
+                   "podgpu top --help", add_help=False)
     return parser
 
 
@@ -72,6 +74,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         burn_parser = argparse.ArgumentParser(prog="podgpu burn", description=burn.__doc__)
         burn.add_arguments(burn_parser)
         return int(burn.run(burn_parser.parse_args(args_list[1:])))
+    if args_list[0] == "top":  # imported lazily: rich is needed only here
+        try:
+            top: Any = importlib.import_module("podgpu.top")
+        except ImportError as exc:
+            print(f"podgpu: top needs the 'top' extra (pip install 'podgpu[top]'): {exc}",
+                  file=sys.stderr)
+            return 1
+        top_parser = argparse.ArgumentParser(prog="podgpu top", description=top.__doc__,
+                                             formatter_class=argparse.RawDescriptionHelpFormatter)
+        top.add_arguments(top_parser)
+        return int(top.run(top_parser.parse_args(args_list[1:])))
     parser = build_parser()
     args = parser.parse_args(args_list)
     try:
@@ -205,6 +218,7 @@ def cmd_serve(settings: Settings) -> int:
     from podgpu.collect import CollectLoop, Collector
     from podgpu.http.publish import Publisher
     from podgpu.http.server import make_app, serve_until_stopped
+    from podgpu.sinks.live import LiveRenderer, ViewOptions
     from podgpu.sinks.prometheus import RenderOptions, render
     from podgpu.sinks.prometheus.labels import LabelOptions
 
@@ -251,7 +265,9 @@ def cmd_serve(settings: Settings) -> int:
             body = render(snapshot, metrics, RenderOptions(label_opts, build, timings))
             return body + emf.render_metrics().encode() if emf is not None else body
 
-        publisher = Publisher(render_snapshot)
+        publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
+            node=settings.hostname, backend=backend.name, version=__version__,
+            interval_seconds=settings.collect_interval)))  # the page and /api/v1/snapshot
 
         def on_snapshot(snapshot: Snapshot, seconds: float) -> None:
             if emf is not None:

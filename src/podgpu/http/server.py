@@ -18,6 +18,7 @@ from aiohttp import web
 
 from podgpu import __version__
 from podgpu.http.health import health
+from podgpu.http.live import add_live_routes, page_response
 from podgpu.http.publish import Publisher
 from podgpu.sinks.prometheus import CONTENT_TYPE
 
@@ -55,6 +56,9 @@ def make_app(publisher: Publisher, *, interval: float, backend: str,
                             content_type="application/json", headers=_NOSNIFF)
 
     async def index(_request: web.Request) -> web.Response:
+        live = page_response(publisher.current)  # the live page when cli wires it (issue 12)
+        if live is not None:
+            return live
         return web.Response(body=landing, content_type="text/html", charset="utf-8",
                             headers=_NOSNIFF)
 
@@ -63,6 +67,7 @@ def make_app(publisher: Publisher, *, interval: float, backend: str,
     app.router.add_get("/health", health_handler)
     app.router.add_get("/health/gpus", health_handler)
     app.router.add_get("/", index)
+    add_live_routes(app, publisher)
     return app
 
 

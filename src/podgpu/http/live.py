@@ -1,0 +1,69 @@
+"""Routes of the live view: `/api/v1/snapshot`, the page at `/` and its static files.
+
+Like /metrics, every handler returns bytes rendered on the collect thread (`Published.extra`)
+or read once at start (static files): serving the page costs a memory copy, never a render.
+Static files are a fixed table, so no request path ever reaches the file system.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from types import MappingProxyType
+
+from aiohttp import web
+
+from podgpu.http.publish import Published, Publisher
+from podgpu.sinks.live import JSON_CONTENT_TYPE, PAGE_KEY, SNAPSHOT_KEY
+
+UPLOT_VERSION = "1.6.32"
+STATIC_TYPES = MappingProxyType({
+    "uPlot.iife.min.js": "text/javascript",
+    "uPlot.min.css": "text/css",
+    "uPlot.LICENSE": "text/plain",
+    "live.js": "text/javascript",
+    "live.css": "text/css",
+})
+# Only same-origin scripts, styles and fetches: the page makes no third-party request and
+# nothing inline runs, whatever a pod name contains.
+PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+            "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_NOSNIFF = {"X-Content-Type-Options": "nosniff"}
+
+
+def load_static() -> dict[str, bytes]:
+    root = resources.files("podgpu.http").joinpath("static")
+    return {name: root.joinpath(name).read_bytes() for name in STATIC_TYPES}
+
+
+def page_response(pub: Published | None) -> web.Response | None:
+    """The live page of the last cycle, or None when no live view is published (the caller
+    then serves the plain landing page)."""
+    page = pub.extra.get(PAGE_KEY) if pub is not None else None
+    if page is None:
+        return None
+    return web.Response(body=page, content_type="text/html", charset="utf-8",
+                        headers={**_NOSNIFF, "Content-Security-Policy": PAGE_CSP,
+                                 "Cache-Control": "no-store"})
+
+
+def add_live_routes(app: web.Application, publisher: Publisher) -> None:
+    static = load_static()
+
+    async def snapshot(_request: web.Request) -> web.Response:
+        pub = publisher.current
+        body = pub.extra.get(SNAPSHOT_KEY) if pub is not None else None
+        if body is None:
+            return web.json_response({"error": "no collection has completed yet"}, status=503,
+                                     headers=_NOSNIFF)
+        return web.Response(body=body, content_type=JSON_CONTENT_TYPE, charset="utf-8",
+                            headers={**_NOSNIFF, "Cache-Control": "no-store"})
+
+    async def static_file(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in static:
+            raise web.HTTPNotFound()
+        return web.Response(body=static[name], content_type=STATIC_TYPES[name],
+                            headers={**_NOSNIFF, "Cache-Control": "max-age=300"})
+
+    app.router.add_get("/api/v1/snapshot", snapshot)
+    app.router.add_get("/static/{name}", static_file)

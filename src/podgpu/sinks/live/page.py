@@ -1,0 +1,107 @@
+"""The live page at `/`, rendered once per cycle from the view (never on the request path).
+
+The HTML already holds the whole summary (tiles and the pod table), so the page is useful with
+JavaScript off; with it on, static/live.js polls `/api/v1/snapshot` and redraws the same
+elements in place with the same number formats (fmt.py). Every pod-supplied string goes through
+`html.escape`; the server sends a Content-Security-Policy that allows only same-origin scripts,
+so nothing inline runs even if escaping were ever missed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from html import escape
+from typing import Any
+
+from podgpu.sinks.live import fmt
+
+
+def _e(v: object) -> str:
+    return escape(str(v), quote=True)
+
+
+def _holders(dev: dict[str, Any]) -> str:
+    if not dev["holders"]:
+        return "none"
+    return ", ".join(f"{h['namespace']}/{h['pod']}" for h in dev["holders"])
+
+
+def _tile(dev: dict[str, Any]) -> str:
+    mem = fmt.gib(dev["memory_used_bytes"])
+    if dev["memory_total_bytes"] is not None:
+        mem += f" / {fmt.gib(dev['memory_total_bytes'])}"
+    mig = f" {dev['mig']['profile']}" if dev["mig"] else ""
+    rows = (("util", "Utilization", fmt.percent(dev["utilization_ratio"])),
+            ("mem", "Memory", mem),
+            ("power", "Power", fmt.watts(dev["power_watts"])),
+            ("temp", "Temperature", fmt.celsius(dev["temperature_celsius"])),
+            ("holders", "Pods", _holders(dev)),
+            ("sharing", "Sharing", dev["sharing"]))
+    dl = "".join(f'<dt>{label}</dt><dd data-f="{f}">{_e(text)}</dd>' for f, label, text in rows)
+    return (f'<article class="tile {_e(dev["sharing"])}" data-key="{_e(dev["key"])}">'
+            f'<h3>GPU {_e(dev["gpu"])}<small>{_e(dev["model"])}{_e(mig)}</small></h3>'
+            f'<dl>{dl}</dl><div class="chart" aria-hidden="true"></div>'
+            '<p class="key"><span class="k-util">utilization</span><span class="k-mem">memory'
+            '</span> · last 5 min</p></article>')
+
+
+def pod_cells(pod: dict[str, Any]) -> tuple[str, ...]:
+    """The pod table's cells as text; `podgpu top` prints the same cells."""
+    return (pod["namespace"], pod["pod"], pod["container"], ",".join(pod["gpus"]),
+            fmt.gib(pod["memory_used_bytes"]), fmt.percent(pod["utilization_ratio"]))
+
+
+POD_COLUMNS = ("Namespace", "Pod", "Container", "GPUs", "Memory", "Utilization")
+
+
+def sorted_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Busiest first, unknown utilization last, then by name (live.js sorts the same way)."""
+    def key(p: dict[str, Any]) -> tuple[float, str, str, str]:
+        u = p["utilization_ratio"]
+        return (-(-1.0 if u is None else u), p["namespace"], p["pod"], p["container"])
+    return sorted(pods, key=key)
+
+
+def _pod_row(pod: dict[str, Any]) -> str:
+    cls = ' class="idle"' if pod["idle"] else ""
+    cells = "".join(f"<td>{_e(c)}</td>" for c in pod_cells(pod))
+    return f"<tr{cls}>{cells}</tr>"
+
+
+def status_line(view: dict[str, Any]) -> str:
+    taken = dt.datetime.fromtimestamp(view["taken_at"], dt.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S UTC")
+    h = view["health"]
+    text = f"{view['backend']} · cycle {view['cycle']} · {taken} · {h['status']}"
+    return text + (f": {'; '.join(h['reasons'])}" if h["reasons"] else "")
+
+
+def render_page(view: dict[str, Any]) -> bytes:
+    tiles = "".join(_tile(d) for d in view["devices"]) or "<p>No GPU devices.</p>"
+    rows = "".join(_pod_row(p) for p in sorted_pods(view["pods"]))
+    head = "".join(f"<th>{c}</th>" for c in POD_COLUMNS)
+    empty = "" if rows else '<p id="nopods">No pod holds a GPU on this node.</p>'
+    node = _e(view["node"])
+    return f"""<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>podgpu · {node}</title><link rel="icon" href="data:,">
+<link rel="stylesheet" href="./static/uPlot.min.css"><link rel="stylesheet" href="./static/live.css">
+</head>
+<body data-interval="{_e(view['interval_seconds'])}" data-cycle="{_e(view['cycle'])}">
+<header><h1>podgpu <span id="node">{node}</span></h1>
+<p id="status" class="{_e(view['health']['status'])}">{_e(status_line(view))}</p>
+<nav><a href="./metrics">/metrics</a> <a href="./health">/health</a>
+<a href="./api/v1/snapshot">/api/v1/snapshot</a> <span>podgpu {_e(view['version'])}</span></nav>
+<noscript><p>JavaScript is off: this is the summary of cycle {_e(view['cycle'])}; reload for new
+values.</p></noscript></header>
+<main><h2>GPUs</h2><section id="gpus" class="tiles">{tiles}</section>
+<h2>Pods</h2><div class="scroll"><table id="pods"><thead><tr>{head}</tr></thead>
+<tbody>{rows}</tbody></table></div>{empty}
+<p class="legend">Highlighted rows hold a GPU and use less than 1 % of it. Memory and
+utilization come from the container's GPU processes, or from the GPU itself when it is held
+exclusively and NVML gives no process data; "-" means unknown.</p></main>
+<script src="./static/uPlot.iife.min.js"></script><script src="./static/live.js"></script>
+</body>
+</html>
+""".encode()
