@@ -83,6 +83,11 @@ class LogsStandIn:
 
 
 def self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A loopback certificate for the API stand-in (openssl; or a pair made beforehand in
+    $PODGPU_BENCH_CERT_DIR, for machines without openssl)."""
+    given = os.environ.get("PODGPU_BENCH_CERT_DIR")
+    if given:
+        return Path(given) / "api.crt", Path(given) / "api.key"
     cert, key = tmp / "api.crt", tmp / "api.key"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
