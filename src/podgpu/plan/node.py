@@ -1,0 +1,133 @@
+"""One synthetic node of a cluster shape: simulated GPUs, pods named like a Deployment's, a fake
+clock. The plan measures what podgpu's real labelling and encoder make of it, so the plan and the
+sink cannot drift apart on what a declaration extracts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from podgpu.attribution.attributor import build_attributor
+from podgpu.backends.scenario import parse_scenario
+from podgpu.backends.simulated import MODELS, SimulatedBackend
+from podgpu.collect import Collector
+from podgpu.errors import ConfigError
+from podgpu.fields.catalog import lookup
+from podgpu.fields.metriclist import MetricList
+from podgpu.model import Allocation, Sample, Snapshot
+
+SHARING = ("none", "time-slicing", "mig")
+NAMESPACE = "ml"
+_MIG_NS = uuid.UUID("2b1e6a0c-5f7d-4d59-8f0a-6c3e1b9d4a77")
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A cluster: `nodes` x `gpus_per_node` GPUs of one model; every GPU held by `pods_per_gpu`
+    pods (time-slicing replicas or MIG instances when > 1); `churn_per_day` pods replaced by pods
+    of new names per day, cluster-wide."""
+
+    nodes: int = 100
+    gpus_per_node: int = 8
+    gpu_model: str = "H100"
+    sharing: str = "none"
+    pods_per_gpu: int = 1
+    churn_per_day: float = 0.0
+
+    def check(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1 or self.gpus_per_node > 64:
+            raise ConfigError("--nodes must be >= 1 and --gpus-per-node 1..64")
+        if self.gpu_model.upper() not in MODELS:
+            raise ConfigError(f"--gpu-model {self.gpu_model!r}: use one of {', '.join(MODELS)}")
+        if self.sharing not in SHARING:
+            raise ConfigError(f"--sharing {self.sharing!r}: use none, time-slicing or mig")
+        if self.pods_per_gpu < 1 or (self.sharing == "none" and self.pods_per_gpu != 1):
+            raise ConfigError(f"--pods-per-gpu {self.pods_per_gpu}: 1 without sharing, >= 1 with "
+                              "--sharing time-slicing or mig")
+        if self.sharing == "mig" and self.pods_per_gpu > 7:
+            raise ConfigError(f"--pods-per-gpu {self.pods_per_gpu}: a GPU has at most 7 MIG "
+                              "instances")
+        if self.churn_per_day < 0:
+            raise ConfigError("--churn-per-day must be >= 0")
+
+    @property
+    def pods_per_node(self) -> int:
+        return self.gpus_per_node * self.pods_per_gpu
+
+
+def node_name(node: int) -> str:
+    """EKS-style node names of a fixed width, so every node's labels weigh the same."""
+    return f"ip-10-{node // 65536 % 256:03d}-{node // 256 % 256:03d}-{node % 256:03d}.ec2.internal"
+
+
+def pod_name(node: int, gpu: int, slot: int, generation: int) -> str:
+    """A Deployment pod's name (`<workload>-<10 hash>-<5 hash>`); a new generation is a new name."""
+    h = hashlib.sha256(f"{node}/{gpu}/{slot}/{generation}".encode()).hexdigest()
+    return f"gpu-job-{h[:10]}-{h[10:15]}"
+
+
+def scenario_doc(shape: Shape, node: int, generation: int = 0) -> dict[str, Any]:
+    pods = []
+    k = shape.pods_per_gpu
+    for gpu in range(shape.gpus_per_node):
+        for slot in range(k):
+            g: dict[str, Any] = {"gpu": gpu}
+            if shape.sharing != "none":
+                g.update(replica=slot, share=1.0 / k)
+            pods.append({"namespace": NAMESPACE, "name": pod_name(node, gpu, slot, generation),
+                         "containers": [{"name": "main", "gpus": [g]}]})
+    return {"pods": pods}
+
+
+class SimNode:
+    """A node of the shape driven by a fake clock (seconds since the epoch, moved by `advance`)."""
+
+    def __init__(self, shape: Shape, metrics: MetricList, node: int, generation: int = 0,
+                 start: float = 1_800_000_000.0) -> None:
+        self.shape = shape
+        self.name = node_name(node)
+        self.now = start
+        scenario = parse_scenario(scenario_doc(shape, node, generation), "podgpu plan")
+        self._backend = SimulatedBackend(shape.gpus_per_node, MODELS[shape.gpu_model.upper()],
+                                         clock=lambda: self.now, scenario=scenario)
+        self._backend.open()
+        self._collector = Collector(self._backend, metrics.fields,
+                                    attributor=build_attributor(kubernetes=False,
+                                                                scenario=scenario),
+                                    want_processes=True, clock=lambda: self.now)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def snapshot(self) -> Snapshot:
+        snap = self._collector.cycle()
+        return mig_view(snap, self.shape.pods_per_gpu) if self.shape.sharing == "mig" else snap
+
+    def snapshots(self, count: int, step: float) -> Iterator[Snapshot]:
+        for _ in range(count):
+            yield self.snapshot()
+            self.advance(step)
+
+
+def mig_view(snap: Snapshot, instances: int) -> Snapshot:
+    """Each GPU as `instances` MIG instances with the MIG-scope fields, each held by the pod of the
+    same slot. Per-process usage on MIG is not modelled (processes are dropped)."""
+    profile = f"{max(1, 7 // instances)}g.{max(1, 80 // instances)}gb"
+    samples: list[Sample] = []
+    by_slot: dict[tuple[str, int], str] = {}
+    for s in snap.samples:
+        values = {n: v for n, v in s.values.items()
+                  if (f := lookup(n)) is not None and f.scope == "both"}
+        for i in range(instances):
+            dev = replace(s.device, mig_profile=profile, mig_gi_id=i + 1,
+                          mig_uuid=f"MIG-{uuid.uuid5(_MIG_NS, f'{s.device.uuid}/{i}')}")
+            samples.append(Sample(dev, values))
+            by_slot[(s.device.key, i)] = dev.key
+    allocs = tuple(Allocation(by_slot[(a.device_key, a.replica or 0)], a.container,
+                              f"nvidia.com/mig-{profile}", by_slot[(a.device_key, a.replica or 0)])
+                   for a in snap.allocations)
+    return replace(snap, samples=tuple(samples), allocations=allocs, processes=())
