@@ -43,6 +43,11 @@ class Collector:
             self._errors["kubelet"] = 0
         self._cycle = 0
 
+    def use_fields(self, fields: tuple[Field, ...]) -> None:
+        """Read these fields from the next cycle on (a metric list reloaded on SIGHUP); call on
+        the collect thread, between cycles."""
+        self._fields = fields
+
     def cycle(self) -> Snapshot:
         self._cycle += 1
         stages: list[StageResult] = []

@@ -1,0 +1,195 @@
+"""The web config at run time: load at start (bad file = exit 2), then follow the file.
+
+exporter-toolkit re-reads the file on every request and handshake; podgpu checks the file and every
+file it names (certificate, key, client CA) once a second and on SIGHUP, by content, so a
+Kubernetes Secret update (a symlink swap) or an in-place rewrite rotates the certificate within
+about a second without a restart. A reload is all or nothing: if the new file or any certificate
+in it is bad, the last good config keeps serving, the log says why once per change, and /health's
+`web_config` entry shows the error until a good version is loaded. TLS cannot be switched on or
+off by a reload (the socket would have to be re-opened): that edit is refused the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+from podgpu.http.auth import AccessControl, BasicAuthChecker, Policy, RateLimiter
+from podgpu.http.tls import TlsReloader
+from podgpu.http.webconfig import WebConfig, WebConfigError, load_web_config
+
+log = logging.getLogger(__name__)
+DEFAULT_POLL_SECONDS = 1.0
+
+
+class WebSecurity:
+    """TLS contexts, access rules and their reloading for one `--web-config-file`."""
+
+    def __init__(self, path: str, *, poll_seconds: float = DEFAULT_POLL_SECONDS,
+                 checker: BasicAuthChecker | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        """Raises WebConfigError (exit 2) when the file or a certificate it names is bad."""
+        self.path = path
+        self._poll = poll_seconds
+        self._clock = clock
+        cfg = load_web_config(path)
+        self.tls = TlsReloader(cfg.tls, path) if cfg.tls else None
+        self.access = AccessControl(_policy(cfg, None), checker)
+        self.config = cfg
+        self.generation = 1
+        self.loaded_at = clock()
+        self.last_error: str | None = None
+        self.failed_reloads = 0
+        self._watched = cfg.files
+        self._digest = _digest(self._watched)
+        self._kick = asyncio.Event()
+        self._force = False
+        for w in cfg.warnings:
+            log.warning("%s", w)
+        if cfg.tls is None and not cfg.users:
+            log.warning("%s: no tls_server_config and no basic_auth_users: serving plain HTTP "
+                        "without authentication", path)
+        log.info("web config %s: %s", path, describe(cfg))
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context to listen with (None: plain HTTP); it stays the same across reloads."""
+        return self.tls.front if self.tls else None
+
+    def install(self, app: web.Application) -> None:
+        """Guard every route of `app` and follow the file while the app runs."""
+        self.access.install(app)
+        app.cleanup_ctx.append(self._watching)
+
+    def request_reload(self) -> None:
+        """Reload now even if nothing seems changed (SIGHUP). Call on the event loop thread."""
+        self._force = True
+        self._kick.set()
+
+    def check(self) -> bool:
+        """Reload if a watched file changed (or a reload was requested); True if reloaded."""
+        force, self._force = self._force, False
+        digest = _digest(self._watched)
+        if digest == self._digest and not force:
+            return False
+        self._digest = digest
+        return self.reload()
+
+    def reload(self) -> bool:
+        try:
+            cfg = load_web_config(self.path)
+            self._watched = cfg.files  # a file named only by the new version is followed too
+            self._digest = _digest(self._watched)
+            if (cfg.tls is None) != (self.tls is None):
+                raise WebConfigError(f"{self.path}: turning TLS {'on' if cfg.tls else 'off'} "
+                                     "needs a restart")
+            if self.tls is not None and cfg.tls is not None:
+                self.tls.replace(cfg.tls, self.path)
+        except WebConfigError as exc:
+            self.last_error = str(exc)
+            self.failed_reloads += 1
+            log.error("web config reload failed; still serving generation %d loaded at %s: %s",
+                      self.generation, _iso(self.loaded_at), exc)
+            return False
+        self.access.policy = _policy(cfg, self.access.policy)
+        self.config = cfg
+        self.generation += 1
+        self.loaded_at = self._clock()
+        self.last_error = None
+        for w in cfg.warnings:
+            log.warning("%s", w)
+        log.info("web config %s reloaded (generation %d): %s", self.path, self.generation,
+                 describe(cfg))
+        return True
+
+    def health(self) -> dict[str, Any]:
+        """/health's `web_config` entry. A failed reload is reported, never a 503: the last good
+        config still protects the endpoint, and a restart would refuse the bad file."""
+        cfg = self.config
+        body: dict[str, Any] = {
+            "status": "reload failed" if self.last_error else "ok",
+            "file": self.path,
+            "generation": self.generation,
+            "loaded_at": _iso(self.loaded_at),
+            "tls": cfg.tls is not None,
+            "client_auth_type": cfg.tls.client_auth_type if cfg.tls else None,
+            "basic_auth": bool(cfg.users),
+            "failed_reloads": self.failed_reloads,
+            "auth_failures": self.access.checker.failures,
+        }
+        if self.last_error:
+            body["error"] = self.last_error
+        return body
+
+    async def _watching(self, _app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(self._watch(), name="podgpu-web-config")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        self.access.checker.close()
+
+    async def _watch(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), self._poll)
+            self._kick.clear()
+            try:
+                self.check()
+            except Exception:  # a bug here must not stop following the file
+                log.exception("checking the web config failed")
+
+
+def describe(cfg: WebConfig) -> str:
+    """One line for the log: what is on, never a secret."""
+    parts = []
+    if cfg.tls:
+        t = cfg.tls
+        parts.append(f"TLS {t.min_version}-{t.max_version}, client certificates "
+                     f"{t.client_auth_type}" + (f" (SANs {len(t.client_allowed_sans)})"
+                                                if t.client_allowed_sans else ""))
+    else:
+        parts.append("plain HTTP")
+    parts.append(f"basic auth for {len(cfg.users)} user(s)" if cfg.users else "no basic auth")
+    if cfg.headers:
+        parts.append("headers " + ", ".join(n for n, _ in cfg.headers))
+    if cfg.rate_limit_interval > 0:
+        parts.append(f"rate limit 1 per {cfg.rate_limit_interval:g} s, burst "
+                     f"{cfg.rate_limit_burst}")
+    return "; ".join(parts)
+
+
+def _policy(cfg: WebConfig, old: Policy | None) -> Policy:
+    rate = None
+    if cfg.rate_limit_interval > 0:
+        same = (old is not None and old.rate is not None
+                and (old.rate.interval, old.rate.burst) == (cfg.rate_limit_interval,
+                                                            cfg.rate_limit_burst))
+        rate = old.rate if same and old is not None else RateLimiter(cfg.rate_limit_interval,
+                                                                     cfg.rate_limit_burst)
+    return Policy(users=dict(cfg.users), headers=cfg.headers,
+                  allowed_sans=cfg.tls.client_allowed_sans if cfg.tls else (), rate=rate)
+
+
+def _digest(paths: tuple[str, ...]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.encode() + b"\0")
+        try:
+            with open(p, "rb") as f:
+                h.update(hashlib.sha256(f.read(1 << 21)).digest())
+        except OSError as exc:
+            h.update(f"unreadable {exc.errno}".encode())
+    return h.hexdigest()
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))

@@ -1,0 +1,97 @@
+"""SIGHUP: reload the metric list and the web config instead of dying.
+
+A process that gets SIGHUP and has no handler is killed silently (issue 13); dcgm-exporter treats
+signals as reload or shutdown. podgpu reloads: the web config (http.websecurity, which also follows
+its files by itself) and the metric list given with `-f` (the embedded default has nothing to
+re-read). A bad new list is refused with one log line and the list in use stays. The new list takes
+effect between two collection cycles, on the collect thread, so one cycle never reads with one list
+and renders with another. The CloudWatch EMF sink keeps the list it started with (its
+declarations select metrics by name; docs/cloudwatch.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from aiohttp import web
+
+from podgpu.errors import ConfigError
+from podgpu.fields.catalog import Field
+from podgpu.fields.metriclist import MetricList
+
+log = logging.getLogger(__name__)
+
+
+class UsesFields(Protocol):
+    def use_fields(self, fields: tuple[Field, ...]) -> None: ...
+
+
+class MetricListSwitch:
+    """The metric list in use; `request()` loads a new one, `apply()` switches to it."""
+
+    def __init__(self, current: MetricList, load: Callable[[], MetricList] | None) -> None:
+        """`load` re-reads and validates the list (raising ConfigError), or None when the list
+        is the embedded default."""
+        self.current = current
+        self._load = load
+        self._pending: MetricList | None = None
+        self._lock = threading.Lock()
+
+    def request(self) -> bool:
+        """Load the list now (on the caller's thread); True when a new list is pending."""
+        if self._load is None:
+            log.info("SIGHUP: the metric list is the embedded default; nothing to reload")
+            return False
+        try:
+            fresh = self._load()
+            if not fresh.metrics:
+                raise ConfigError(f"{fresh.path}: the metric list has no metric rows")
+        except ConfigError as exc:
+            log.error("SIGHUP: metric list not reloaded, still exporting the %d metrics of %s: %s",
+                      len(self.current.metrics), self.current.path, exc)
+            return False
+        with self._lock:
+            self._pending = fresh
+        log.info("SIGHUP: metric list %s loaded (%d metrics); used from the next cycle",
+                 fresh.path, len(fresh.metrics))
+        return True
+
+    def apply(self, collector: UsesFields) -> None:
+        """Switch to a pending list; call on the collect thread after a snapshot is published."""
+        with self._lock:
+            fresh, self._pending = self._pending, None
+        if fresh is not None:
+            collector.use_fields(fresh.fields)
+            self.current = fresh
+
+
+def hold_sighup() -> None:
+    """From now until `install_sighup`'s handler takes over, SIGHUP is logged and ignored (start-up:
+    the first collection cycle, opening the port), so it never kills the process."""
+    signal.signal(signal.SIGHUP, _ignored_during_startup)
+
+
+def install_sighup(app: web.Application, *reloads: Callable[[], object]) -> None:
+    """Run `reloads` on the event loop thread on every SIGHUP once `app` is serving."""
+
+    def on_hup() -> None:
+        log.info("SIGHUP received: reloading")
+        for reload in reloads:
+            try:
+                reload()
+            except Exception:  # a reload bug must not take the server down
+                log.exception("SIGHUP reload failed")
+
+    async def register(_app: web.Application) -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
+
+    app.on_startup.append(register)
+
+
+def _ignored_during_startup(_signum: int, _frame: object) -> None:
+    log.warning("SIGHUP during start-up: ignored (send it again once serving)")

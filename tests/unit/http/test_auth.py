@@ -1,0 +1,224 @@
+"""Basic auth with real bcrypt hashes, the safe cache, the rate limit and SAN matching, through a
+real aiohttp server on loopback (aiohttp's own test server; no mocks)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import bcrypt
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from podgpu.http.auth import (
+    AccessControl,
+    BasicAuthChecker,
+    Policy,
+    RateLimiter,
+    parse_basic,
+    san_allowed,
+)
+from tests.conftest import FakeClock
+
+
+def _hash(pw: bytes, cost: int = 4, prefix: str = "$2b$") -> str:
+    return prefix + bcrypt.hashpw(pw, bcrypt.gensalt(cost)).decode()[4:]
+
+
+USERS = {"alice": _hash(b"right"), "bob": _hash("pässwörd".encode(), prefix="$2y$")}
+
+
+class Counting:
+    """bcrypt's checkpw, counting calls (a wrapper around the real function, not a mock)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, password: bytes, hashed: bytes) -> bool:
+        self.calls += 1
+        return bool(bcrypt.checkpw(password, hashed))
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+def run(policy: Policy, scenario: Callable[[TestClient, AccessControl], Awaitable[None]],
+        checker: BasicAuthChecker | None = None) -> None:
+    async def main() -> None:
+        app = web.Application()
+
+        async def ok(_r: web.Request) -> web.Response:
+            return web.Response(text="secret metrics\n")
+
+        app.router.add_get("/metrics", ok)
+        app.router.add_get("/health", ok)
+        app.router.add_get("/", ok)
+        app.router.add_get("/api/v1/snapshot", ok)  # "any later endpoint"
+        access = AccessControl(policy, checker)
+        access.install(app)
+        async with TestClient(TestServer(app)) as client:
+            await scenario(client, access)
+        access.checker.close()
+
+    asyncio.run(main())
+
+
+def test_basic_auth_right_wrong_missing_on_every_route() -> None:
+    async def scenario(c: TestClient, _a: AccessControl) -> None:
+        for path in ("/metrics", "/", "/api/v1/snapshot", "/nope", "/%68ealth/x"):
+            r = await c.get(path)
+            assert r.status == 401, path
+            assert r.headers["WWW-Authenticate"].startswith("Basic realm=")
+            assert "secret" not in await r.text()
+        assert (await c.get("/metrics", headers=basic("alice", "right"))).status == 200
+        assert (await c.get("/metrics", headers=basic("alice", "wrong"))).status == 401
+        assert (await c.get("/metrics", headers=basic("alice", ""))).status == 401
+        assert (await c.get("/metrics", headers=basic("carol", "right"))).status == 401
+        assert (await c.get("/metrics", headers=basic("bob", "pässwörd"))).status == 200  # $2y$, UTF-8
+        assert (await c.get("/metrics", headers=basic("bob", "right"))).status == 401
+        assert (await c.get("/nope", headers=basic("alice", "right"))).status == 404
+        # /health is exempt (Kubernetes probes), by its route, with GET and HEAD only
+        assert (await c.get("/health")).status == 200
+        assert (await c.get("/%68ealth")).status == 200  # the same route, decoded
+        for bad in ("Bearer abc", "Basic !!!", "Basic " + base64.b64encode(b"nocolon").decode(),
+                    "Basic " + "A" * 5000):
+            assert (await c.get("/metrics", headers={"Authorization": bad})).status == 401, bad
+
+    run(Policy(users=USERS), scenario)
+
+
+def test_cache_pays_bcrypt_once_per_triple_and_unknown_users_pay_too() -> None:
+    counting = Counting()
+
+    async def scenario(c: TestClient, access: AccessControl) -> None:
+        for _ in range(5):
+            assert (await c.get("/metrics", headers=basic("alice", "right"))).status == 200
+        assert counting.calls == 1
+        for _ in range(3):
+            assert (await c.get("/metrics", headers=basic("alice", "wrong"))).status == 401
+        assert counting.calls == 2
+        # an unknown user still runs one bcrypt (against a dummy hash of the same cost)
+        assert (await c.get("/metrics", headers=basic("mallory", "right"))).status == 401
+        assert counting.calls == 3
+        assert access.checker.failures == 4
+        # a changed hash (the file was edited) is a new cache key: the old password stops working
+        access.policy = Policy(users={"alice": _hash(b"new")})
+        assert (await c.get("/metrics", headers=basic("alice", "right"))).status == 401
+        assert (await c.get("/metrics", headers=basic("alice", "new"))).status == 200
+        # 20 concurrent identical requests share one check
+        before = counting.calls
+        access.policy = Policy(users={"alice": _hash(b"fresh", cost=8)})
+        rs = await asyncio.gather(*(c.get("/metrics", headers=basic("alice", "fresh"))
+                                    for _ in range(20)))
+        assert {r.status for r in rs} == {200}
+        assert counting.calls == before + 1
+
+    run(Policy(users=USERS), scenario, BasicAuthChecker(checkpw=counting))
+
+
+def test_cache_key_holds_no_password() -> None:
+    checker = BasicAuthChecker()
+
+    async def main() -> None:
+        assert await checker.check(USERS, b"alice", b"right")
+        keys = list(checker._cache)
+        assert len(keys) == 1 and b"right" not in keys[0] and len(keys[0]) == 32
+
+    asyncio.run(main())
+    checker.close()
+
+
+def test_password_longer_than_72_bytes_is_refused_not_an_error() -> None:
+    long = "x" * 80
+    users = {"alice": _hash(long[:72].encode())}  # bcrypt would match on the first 72 bytes
+
+    async def scenario(c: TestClient, _a: AccessControl) -> None:
+        assert (await c.get("/metrics", headers=basic("alice", long))).status == 401
+        assert (await c.get("/metrics", headers=basic("alice", long[:72]))).status == 200
+
+    run(Policy(users=users), scenario)
+
+
+def test_too_many_pending_checks_get_429() -> None:
+    gate = threading.Event()
+
+    def held(password: bytes, hashed: bytes) -> bool:
+        gate.wait(10)  # the worker is busy: checks pile up behind it
+        return bool(bcrypt.checkpw(password, hashed))
+
+    async def scenario(c: TestClient, _a: AccessControl) -> None:
+        # 40 different wrong passwords at once: 32 queue, the other 8 are told to retry at once
+        tasks = [asyncio.create_task(c.get("/metrics", headers=basic("alice", f"guess{i}")))
+                 for i in range(40)]
+        for _ in range(500):
+            if sum(t.done() for t in tasks) >= 8:
+                break
+            await asyncio.sleep(0.01)
+        done = [t.result().status for t in tasks if t.done()]
+        assert done == [429] * 8
+        gate.set()
+        rest = [r.status for r in await asyncio.gather(*(t for t in tasks if not t.done()))]
+        assert rest == [401] * 32
+
+    users = {"alice": _hash(b"right")}
+    run(Policy(users=users), scenario, BasicAuthChecker(checkpw=held))
+
+
+def test_headers_from_the_config_on_every_response() -> None:
+    headers = (("X-Frame-Options", "deny"), ("Strict-Transport-Security", "max-age=60"))
+
+    async def scenario(c: TestClient, _a: AccessControl) -> None:
+        for path, want in (("/metrics", 401), ("/health", 200), ("/nope", 401)):
+            r = await c.get(path)
+            assert r.status == want
+            assert r.headers["X-Frame-Options"] == "deny"
+            assert r.headers["Strict-Transport-Security"] == "max-age=60"
+
+    run(Policy(users=USERS, headers=headers), scenario)
+
+
+def test_rate_limit_token_bucket(clock: FakeClock) -> None:
+    rl = RateLimiter(interval=1.0, burst=3, clock=clock)
+    assert [rl.allow() for _ in range(4)] == [True, True, True, False]
+    clock.advance(1.0)
+    assert [rl.allow() for _ in range(2)] == [True, False]
+    clock.advance(100.0)  # refills up to burst, not beyond
+    assert sum(rl.allow() for _ in range(10)) == 3
+
+
+def test_rate_limit_answers_429_but_not_on_health() -> None:
+    async def scenario(c: TestClient, _a: AccessControl) -> None:
+        codes = [(await c.get("/metrics")).status for _ in range(4)]
+        assert codes == [200, 200, 429, 429]
+        assert (await c.get("/health")).status == 200
+
+    run(Policy(rate=RateLimiter(interval=3600.0, burst=2)), scenario)
+
+
+@pytest.mark.parametrize(("sans", "allowed", "ok"), [
+    ((("DNS", "scraper.example"),), ("scraper.example",), True),
+    ((("DNS", "other.example"),), ("scraper.example",), False),
+    ((("IP Address", "2001:DB8:0:0:0:0:0:1"),), ("2001:db8::1",), True),  # Python prints it long
+    ((("IP Address", "10.0.0.1"),), ("10.0.0.1",), True),
+    ((("email", "ops@example.com"),), ("ops@example.com",), True),
+    ((("URI", "spiffe://cluster/ns/monitoring/sa/prometheus"),),
+     ("spiffe://cluster/ns/monitoring/sa/prometheus",), True),
+    ((), ("x",), False),
+])
+def test_san_matching(sans: tuple[tuple[str, str], ...], allowed: tuple[str, ...], ok: bool) -> None:
+    peer: dict[str, Any] = {"subject": ((("commonName", "x"),),), "subjectAltName": sans}
+    assert san_allowed(peer, allowed) is ok
+    assert san_allowed(None, allowed) is False
+
+
+def test_parse_basic() -> None:
+    assert parse_basic(basic("a", "b:c")["Authorization"]) == (b"a", b"b:c")
+    assert parse_basic("basic " + base64.b64encode(b"u:").decode()) == (b"u", b"")
+    assert parse_basic("Basic") is None
+    assert parse_basic("Digest x") is None
