@@ -143,7 +143,10 @@ def make_backend(settings: Settings, scenario: Scenario | None = None) -> Backen
 
         count, model = parse_simulate(settings.simulate)
         on, off = settings.simulate_burn
-        return SimulatedBackend(count, model, on_seconds=on, off_seconds=off, scenario=scenario)
+        return SimulatedBackend(
+            count, model, on_seconds=on, off_seconds=off, scenario=scenario,
+            xid_window_seconds=settings.xid_count_window_ms / 1000.0,
+            clock_events_window_seconds=settings.clock_events_count_window_ms / 1000.0)
     try:
         from podgpu.backends.nvml import NvmlBackend
     except ImportError as exc:

@@ -52,6 +52,7 @@ for _code, _name in _ERROR_NAMES.items():
 
 CONSTANTS: dict[str, Any] = {
     "NVML_CLOCK_SM": 1, "NVML_CLOCK_MEM": 2, "NVML_TEMPERATURE_GPU": 0,
+    "NVML_P2P_CAPS_INDEX_NVLINK": 2, "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN": 1,
     "NVML_INFOROM_OEM": 0, "NVML_INFOROM_ECC": 1, "NVML_INFOROM_POWER": 2,
     "nvmlMemory_v2": 0x02000028,
     "NVML_DEVICE_MIG_DISABLE": 0, "NVML_DEVICE_MIG_ENABLE": 1,
@@ -96,6 +97,9 @@ def h200_values() -> dict[str, Any]:
         "nvmlDeviceGetTemperature": 35,
         "nvmlDeviceGetPowerUsage": 77427,
         "nvmlDeviceGetPowerManagementLimit": 700000,
+        "nvmlDeviceGetEnforcedPowerLimit": 700000,
+        "nvmlDeviceGetTemperatureThreshold": {1: 90},
+        "nvmlDeviceGetP2PStatus": 0,
         "nvmlDeviceGetUtilizationRates": SimpleNamespace(gpu=0, memory=0),
         "nvmlDeviceGetEncoderUtilization": [0, 100000],
         "nvmlDeviceGetDecoderUtilization": [0, 100000],
@@ -376,6 +380,17 @@ class FakeNvml(ModuleType):
 
     def nvmlDeviceGetPowerManagementLimit(self, h: Handle) -> int:
         return int(self._value("nvmlDeviceGetPowerManagementLimit", h))
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: Handle) -> int:
+        return int(self._value("nvmlDeviceGetEnforcedPowerLimit", h))
+
+    def nvmlDeviceGetTemperatureThreshold(self, h: Handle, which: int) -> int:
+        return int(self._value("nvmlDeviceGetTemperatureThreshold", h, which))
+
+    def nvmlDeviceGetP2PStatus(self, h: Handle, peer: Handle, index: int) -> int:
+        """nvmlGpuP2PStatus_t from `h`'s values (one status for every peer)."""
+        assert index == CONSTANTS["NVML_P2P_CAPS_INDEX_NVLINK"] and peer.gpu is not h.gpu
+        return int(self._value("nvmlDeviceGetP2PStatus", h))
 
     def nvmlDeviceGetUtilizationRates(self, h: Handle) -> Any:
         if h.mig is not None:

@@ -15,56 +15,23 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any
 
-from podgpu.backends import nvml_lib
+from podgpu.backends import derived, nvml_lib
 from podgpu.backends.base import Reading
 from podgpu.backends.nvml_events import EventWatcher, WindowCounter
 from podgpu.backends.nvml_gpm import GpmStream, gpm_support
 from podgpu.backends.nvml_lib import Lib, text
-from podgpu.backends.nvml_mig import MigInstance, enumerate_instances
+from podgpu.backends.nvml_mig import enumerate_instances
 from podgpu.backends.nvml_plan import Plan, build_plan
 from podgpu.backends.nvml_read import read_gpu, read_instance, read_processes
+from podgpu.backends.nvml_state import GpuState
 from podgpu.errors import BackendError
 from podgpu.fields.catalog import CATALOG, Field
 from podgpu.model import Device, GpuProcess, Sample
 
 log = logging.getLogger("podgpu.backends.nvml")
-
-
-@dataclass
-class GpuState:
-    """Everything podgpu keeps about one physical GPU between cycles. Only the thread reading
-    this GPU in a cycle touches it (the collector calls `read` from one thread)."""
-
-    index: int
-    uuid: str = ""
-    handle: Any = None
-    device: Device | None = None
-    instances: tuple[MigInstance, ...] = ()
-    gpm: GpmStream | None = None
-    gpm_reason: str | None = None
-    instance_gpm: dict[int, GpmStream] = field(default_factory=dict)
-    labels: dict[str, Any] | None = None
-    label_missing: dict[str, str] = field(default_factory=dict)
-    rate_prev: dict[str, tuple[float, int]] = field(default_factory=dict)
-    clock_events: WindowCounter | None = None
-    proc_timestamp: int = 0
-    lost: str | None = None
-    retry_at: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.device.device_name if self.device is not None else f"gpu{self.index}"
-
-    def free_gpm(self) -> None:
-        for stream in (self.gpm, *self.instance_gpm.values()):
-            if stream is not None:
-                stream.close()
-        self.gpm = None
-        self.instance_gpm = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +67,8 @@ class NvmlBackend:
         self._events: EventWatcher | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._plans: dict[tuple[str, ...], Plan] = {}
+        self._p2p_key: tuple[str, ...] = ()
+        self._p2p: dict[tuple[int, int], int] = {}
         self._unknown: dict[str, str] = {}
         self._mig_dirty = False
 
@@ -289,8 +258,39 @@ class NvmlBackend:
             errors += result.errors
             if result.lost is not None:
                 lost.append((gpu.name, result.lost))
+        if plan.p2p is not None:
+            samples = self._with_p2p(lib, plan.p2p, samples)
         return Reading(samples=tuple(samples), lost=tuple(lost), errors=errors,
                        processes=tuple(procs))
+
+    def _with_p2p(self, lib: Lib, f: Field, samples: list[Sample]) -> list[Sample]:
+        """DCGM_EXP_P2P_STATUS on each whole-GPU sample: nvmlDeviceGetP2PStatus(NVLINK) to every
+        other live GPU. Topology is static, so pairs are asked once and kept (until a GPU is
+        lost and comes back, which rebuilds the cache)."""
+        live = [g for g in self._gpus if g.lost is None and g.device is not None]
+        key = tuple(g.uuid for g in live)
+        if self._p2p_key != key:
+            self._p2p_key, self._p2p = key, {}
+            index = lib.const(f.source.arg)
+            for a in live:
+                for b in live:
+                    if a is b:
+                        continue
+                    try:
+                        status = int(getattr(lib.m, f.source.ref)(a.handle, b.handle, index))
+                    except lib.error as exc:
+                        if lib.is_lost(exc):
+                            continue
+                        status = 6  # Unknown, as dcgm-exporter maps anything else
+                    self._p2p[(a.index, b.index)] = status
+        out = []
+        for s in samples:
+            if s.device.is_mig:
+                out.append(s)
+                continue
+            peers = sorted((b, st) for (a, b), st in self._p2p.items() if a == s.device.index)
+            out.append(replace(s, labeled=s.labeled + derived.p2p_series(peers)))
+        return out
 
     def _read_one(self, gpu: GpuState, plan: Plan, processes: bool) -> GpuResult:
         lib = self._require()

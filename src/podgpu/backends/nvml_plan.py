@@ -76,6 +76,10 @@ class Plan:
     events: tuple[Field, ...] = ()
     xid_count: Field | None = None
     clock_count: Field | None = None
+    health: Field | None = None
+    """DCGM_EXP_GPU_HEALTH_STATUS, derived per GPU after its reads (backends/derived.py)."""
+    p2p: Field | None = None
+    """DCGM_EXP_P2P_STATUS, from nvmlDeviceGetP2PStatus for each GPU pair."""
     unknown: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Fields this pynvml cannot read at all (missing constant), with why."""
 
@@ -107,6 +111,8 @@ def build_plan(lib: Lib, fields: Sequence[Field]) -> Plan:
     events: list[Field] = []
     xid_count: Field | None = None
     clock_count: Field | None = None
+    health: Field | None = None
+    p2p: Field | None = None
     unknown: dict[str, str] = {}
 
     def resolve(name: str, f: Field) -> Any:
@@ -153,6 +159,10 @@ def build_plan(lib: Lib, fields: Sequence[Field]) -> Plan:
                     clock_count = None
                 else:
                     calls.setdefault((CLOCK_REASONS_CALL, ""), [])
+            elif src.ref == "health":
+                health = f
+            elif resolve(src.ref, f) is not None and resolve(src.arg, f) is not None:
+                p2p = f
     return Plan(
         fv=tuple(fv),
         rates=tuple(rates),
@@ -163,6 +173,8 @@ def build_plan(lib: Lib, fields: Sequence[Field]) -> Plan:
         events=tuple(events),
         xid_count=xid_count,
         clock_count=clock_count,
+        health=health,
+        p2p=p2p,
         unknown=MappingProxyType(unknown),
     )
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from podgpu.backends import derived
 from podgpu.backends.nvml_events import EventWatcher
 from podgpu.backends.nvml_lib import NOT_FOUND, Lib
 from podgpu.backends.nvml_mig import MigInstance
@@ -24,13 +25,10 @@ from podgpu.backends.nvml_plan import (
     fv_raw,
     pick,
 )
+from podgpu.backends.nvml_state import GpuState
 from podgpu.fields.catalog import Field
 from podgpu.model import GpuProcess, LabeledValue, Sample
 from podgpu.model.device import Value
-
-if TYPE_CHECKING:
-    from podgpu.backends.nvml import GpuState
-
 
 _SYSTEM_INFO = {"nvmlSystemGetDriverVersion": "driver_version",
                 "nvmlSystemGetNVMLVersion": "nvml_version"}
@@ -99,6 +97,8 @@ def read_gpu(
             _gpm(lib, gpu.gpm, plan, acc, "whole GPU")
     _events(gpu, plan, acc, events)
     _clock_events(gpu, plan, acc, results.get(CLOCK_REASONS_CALL))
+    if plan.health is not None:
+        acc.labeled.extend(derived.health_series(acc.values, acc.labeled))
     assert gpu.device is not None
     return acc.sample(gpu.device), acc.errors
 

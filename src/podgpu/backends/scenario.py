@@ -62,11 +62,29 @@ class ScenarioContainer:
 
 
 @dataclass(frozen=True, slots=True)
+class ScenarioXid:
+    """An XID injected on `gpu` every `every` seconds, first at `offset` seconds after start."""
+
+    gpu: int
+    xid: int
+    every: float
+    offset: float = 0.0
+
+    def times(self, elapsed: float) -> int:
+        """How many times it has happened in the first `elapsed` seconds."""
+        if elapsed < self.offset:
+            return 0
+        return int((elapsed - self.offset) // self.every) + 1
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     """Validated scenario. `source` names the file (or 'built-in default') in errors."""
 
     containers: tuple[ScenarioContainer, ...]
     source: str = "built-in default"
+    xids: tuple[ScenarioXid, ...] = ()
+    """Injected XID errors (issue 9): DCGM_FI_DEV_XID_ERRORS and the windowed counts move."""
 
     def gpu_indexes(self) -> set[int]:
         return {g.gpu for c in self.containers for g in c.gpus}
@@ -77,6 +95,10 @@ class Scenario:
 
     def check_gpu_count(self, count: int) -> None:
         """Raise ConfigError when the scenario names a GPU the simulated node does not have."""
+        for xi, x in enumerate(self.xids):
+            if x.gpu >= count:
+                raise ConfigError(f"{self.source}: xids[{xi}].gpu: gpu {x.gpu} does not exist; "
+                                  f"the simulated node has {count} GPU(s), 0..{count - 1}")
         for ci, c in enumerate(self.containers):
             for g in c.gpus:
                 if g.gpu >= count:
@@ -175,9 +197,11 @@ DEFAULT_SCENARIO: dict[str, Any] = {
          "containers": [{"name": "server", "gpus": [{"gpu": 1, "replica": 0, "share": 0.6}]}]},
         {"namespace": "inference", "name": "infer-b", "labels": {"app": "infer"},
          "containers": [{"name": "server", "gpus": [{"gpu": 1, "replica": 1, "share": 0.4}]}]},
-    ]
+    ],
+    "xids": [{"gpu": 1, "xid": 31, "every": 1800, "offset": 600}],
 }
-"""One exclusive pod (GPU 0), two pods time-slicing GPU 1 (60/40), GPU 2 and up idle."""
+"""One exclusive pod (GPU 0), two pods time-slicing GPU 1 (60/40), GPU 2 and up idle; an
+application page fault (XID 31) on GPU 1 every 30 minutes, first 10 minutes after start."""
 
 
 def default_scenario(count: int) -> Scenario:
@@ -188,7 +212,7 @@ def default_scenario(count: int) -> Scenario:
         gpus = tuple(g for g in c.gpus if g.gpu < count)
         if gpus:
             kept.append(ScenarioContainer(c.ref, c.container_id, gpus))
-    return Scenario(tuple(kept), s.source)
+    return Scenario(tuple(kept), s.source, tuple(x for x in s.xids if x.gpu < count))
 
 
 def load_scenario(path: str) -> Scenario:
@@ -249,7 +273,7 @@ def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
             raise fail(where, f"expected an integer >= {low}, got {value!r}")
         return value
 
-    top = obj(data, "top level", {"pods"}, {"pods"})
+    top = obj(data, "top level", {"pods", "xids"}, {"pods"})
     pods = top["pods"]
     if not isinstance(pods, list):
         raise fail("pods", "expected a list")
@@ -309,4 +333,17 @@ def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
                                pod_labels=tuple(sorted(labels.items())))
             cid = hashlib.sha256(f"{uid}/{cname}".encode()).hexdigest()
             containers.append(ScenarioContainer(ref, cid, tuple(gpus)))
-    return Scenario(tuple(containers), source)
+    xids: list[ScenarioXid] = []
+    raw_xids = top.get("xids") or []
+    if not isinstance(raw_xids, list):
+        raise fail("xids", "expected a list")
+    for xi, x in enumerate(raw_xids):
+        xw = f"xids[{xi}]"
+        x = obj(x, xw, {"gpu", "xid", "every", "offset"}, {"gpu", "xid", "every"})
+        every, offset = x["every"], x.get("offset", 0)
+        for key, v, low in (("every", every, 1), ("offset", offset, 0)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < low:
+                raise fail(f"{xw}.{key}", f"expected seconds >= {low}, got {v!r}")
+        xids.append(ScenarioXid(integer(x["gpu"], f"{xw}.gpu", 0),
+                                integer(x["xid"], f"{xw}.xid", 1), float(every), float(offset)))
+    return Scenario(tuple(containers), source, tuple(xids))

@@ -9,6 +9,7 @@ Hopper and newer), so the simulated node shows what a real node of that model wo
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 import uuid
@@ -17,10 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from podgpu.backends import derived
 from podgpu.backends.base import Reading
+from podgpu.backends.nvml_plan import CLOCK_EVENTS
 from podgpu.errors import ConfigError
-from podgpu.fields.catalog import Field
-from podgpu.model import Device, Sample
+from podgpu.fields.catalog import CATALOG, Field
+from podgpu.model import Device, LabeledValue, Sample
 from podgpu.model.device import Value
 
 if TYPE_CHECKING:
@@ -102,6 +105,8 @@ class SimulatedBackend:
         clock: Callable[[], float] = time.time,
         busy: Sequence[int] | None = None,
         scenario: Scenario | None = None,
+        xid_window_seconds: float = 300.0,
+        clock_events_window_seconds: float = 300.0,
     ) -> None:
         self._model = model
         self._count = count
@@ -117,6 +122,12 @@ class SimulatedBackend:
             if busy is None:
                 self._busy = scenario.busy_gpus()
         self._epoch = clock()  # start of the first busy phase
+        # DCGM_EXP_* windows (issue 9): XIDs come from the scenario's schedule (a pure function
+        # of time); clock events are counted per read, as dcgm-exporter counts samples.
+        self._xids = scenario.xids if scenario is not None else ()
+        self._xid_window = xid_window_seconds
+        self._clock_window = clock_events_window_seconds
+        self._clock_seen: dict[int, collections.deque[tuple[float, int]]] = {}
         self._devices = tuple(self._make_device(i) for i in range(count))
 
     def _make_device(self, i: int) -> Device:
@@ -144,10 +155,8 @@ class SimulatedBackend:
         if self._model.gpm:
             return {}
         return {
-            f"DCGM_FI_PROF_{n}": f"{self._model.name} has no GPM (Hopper and newer only)"
-            for n in ("GR_ENGINE_ACTIVE", "SM_ACTIVE", "SM_OCCUPANCY", "PIPE_TENSOR_ACTIVE",
-                      "DRAM_ACTIVE", "PIPE_FP64_ACTIVE", "PIPE_FP32_ACTIVE", "PIPE_FP16_ACTIVE",
-                      "PCIE_TX_BYTES", "PCIE_RX_BYTES", "NVLINK_TX_BYTES", "NVLINK_RX_BYTES")
+            f.name: f"{self._model.name} has no GPM (Hopper and newer only)"
+            for f in CATALOG if f.source.kind == "gpm"
         }
 
     def read(self, fields: Sequence[Field], *, processes: bool = False) -> Reading:
@@ -187,15 +196,68 @@ class SimulatedBackend:
         values: dict[str, Value] = {}
         missing: dict[str, str] = {}
         table = self._values(dev, now)
+        exp = set()
         for f in fields:
             if f.group == "EXP":
-                continue  # computed by the exporter from other fields
+                exp.add(f.name)  # computed below from other fields, as the exporter does
+                continue
             v = table.get(f.name)
             if v is None:
                 missing[f.name] = f"not supported on {self._model.name}"
             else:
                 values[f.name] = v
-        return Sample(dev, values, missing)
+        labeled: list[LabeledValue] = []
+        if "DCGM_EXP_XID_ERRORS_COUNT" in exp:
+            labeled.extend(self._xid_counts(dev.index, now))
+        if "DCGM_EXP_CLOCK_EVENTS_COUNT" in exp:
+            reasons = table["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]
+            assert isinstance(reasons, int)
+            labeled.extend(self._clock_counts(dev.index, now, reasons))
+        if derived.HEALTH in exp:
+            labeled.extend(derived.health_series(values, labeled))
+        if derived.P2P in exp:
+            status = 0 if self._model.nvlink else 5  # OK, or NotSupported without NVLink
+            labeled.extend(derived.p2p_series(
+                (d.index, status) for d in self._devices if d.index != dev.index))
+        return Sample(dev, values, missing, tuple(labeled))
+
+    def _window(self, seconds: float) -> tuple[str, str]:
+        return ("window_size_in_ms", str(round(seconds * 1000)))
+
+    def _xid_counts(self, index: int, now: float) -> list[LabeledValue]:
+        """Scheduled XIDs inside the window ending now; one `0` series without `xid` if none."""
+        elapsed, window = now - self._epoch, self._window(self._xid_window)
+        counts: dict[int, int] = {}
+        for x in self._xids:
+            if x.gpu == index:
+                n = x.times(elapsed) - x.times(elapsed - self._xid_window)
+                if n:
+                    counts[x.xid] = counts.get(x.xid, 0) + n
+        if not counts:
+            return [LabeledValue("DCGM_EXP_XID_ERRORS_COUNT", (window,), 0)]
+        return [LabeledValue("DCGM_EXP_XID_ERRORS_COUNT", (window, ("xid", str(k))), n)
+                for k, n in sorted(counts.items())]
+
+    def _clock_counts(self, index: int, now: float, reasons: int) -> list[LabeledValue]:
+        seen = self._clock_seen.setdefault(index, collections.deque())
+        seen.append((now, reasons))
+        while seen and seen[0][0] < now - self._clock_window:
+            seen.popleft()
+        window = self._window(self._clock_window)
+        out = [LabeledValue("DCGM_EXP_CLOCK_EVENTS_COUNT", (window, ("clock_event", label)), n)
+               for bit, label in CLOCK_EVENTS
+               if (n := sum(1 for _, mask in seen if mask & bit))]
+        return out or [LabeledValue("DCGM_EXP_CLOCK_EVENTS_COUNT", (window,), 0)]
+
+    def _last_xid(self, index: int, elapsed: float) -> int:
+        """The most recent scheduled XID on GPU `index`, 0 before any (DCGM_FI_DEV_XID_ERRORS)."""
+        last, code = -1.0, 0
+        for x in self._xids:
+            if x.gpu == index and (n := x.times(elapsed)):
+                at = x.offset + (n - 1) * x.every
+                if at >= last:
+                    last, code = at, x.xid
+        return code
 
     def _values(self, dev: Device, now: float) -> dict[str, Value | None]:
         m = self._model
@@ -210,6 +272,7 @@ class SimulatedBackend:
         fb_reserved = m.fb_reserved_mib
         fb_used = int((m.fb_total_mib - fb_reserved) * 0.9) if busy else 0
         temp = m.temp[1] if busy else m.temp[0]
+        m_links = (18 if m.gpm else 12) if m.nvlink else 0  # NVLink4 on Hopper, NVLink3 on A100
         util = 100 if busy else 0
 
         def prof(busy_value: float) -> float | None:
@@ -249,7 +312,7 @@ class SimulatedBackend:
             "DCGM_FI_DEV_MEM_COPY_UTIL": (38 + int(_jitter("m" + tick, 3.0))) if busy else 0,
             "DCGM_FI_DEV_ENC_UTIL": 0,
             "DCGM_FI_DEV_DEC_UTIL": 0,
-            "DCGM_FI_DEV_XID_ERRORS": 0,
+            "DCGM_FI_DEV_XID_ERRORS": self._last_xid(i, elapsed),
             "DCGM_FI_DEV_POWER_VIOLATION": int(1e9 * 0.02 * busy_s),
             "DCGM_FI_DEV_THERMAL_VIOLATION": 0,
             "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": 0,
@@ -288,4 +351,37 @@ class SimulatedBackend:
             "DCGM_FI_PROF_PCIE_RX_BYTES": prof_bytes(1_210_000_000),
             "DCGM_FI_PROF_NVLINK_TX_BYTES": prof_bytes(0) if m.nvlink else None,
             "DCGM_FI_PROF_NVLINK_RX_BYTES": prof_bytes(0) if m.nvlink else None,
+            # issue 9 additions: static facts and the GPM pipes podgpu reads too
+            "DCGM_FI_CUDA_DRIVER_VERSION": 13000,
+            "DCGM_FI_DEV_NAME": m.name,
+            "DCGM_FI_DEV_NVML_INDEX": i,
+            "DCGM_FI_DEV_UUID": dev.uuid,
+            "DCGM_FI_DEV_MINOR_NUMBER": i,
+            "DCGM_FI_DEV_COMPUTE_MODE": 0,
+            "DCGM_FI_DEV_PERSISTENCE_MODE": 1,
+            "DCGM_FI_DEV_MIG_MODE": 0 if m.gpm or m.name.startswith("NVIDIA A100") else None,
+            "DCGM_FI_DEV_VIDEO_CLOCK": 1755 if busy else 765,
+            "DCGM_FI_DEV_MAX_SM_CLOCK": m.sm_clock[1],
+            "DCGM_FI_DEV_MAX_MEM_CLOCK": m.mem_clock,
+            "DCGM_FI_DEV_MAX_VIDEO_CLOCK": 1755,
+            "DCGM_FI_DEV_MEM_MAX_OP_TEMP": 95 if m.mem_temp else None,
+            "DCGM_FI_DEV_GPU_MAX_OP_TEMP": 87,
+            "DCGM_FI_DEV_SLOWDOWN_TEMP": 90,
+            "DCGM_FI_DEV_SHUTDOWN_TEMP": 92,
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT_MIN": round(m.power_limit_w * 0.29, 3),
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT_MAX": m.power_limit_w,
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": m.power_limit_w,
+            "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": m.power_limit_w,
+            "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": (473_000 if busy else 900),
+            "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": (1_181_000 if busy else 1_200),
+            "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": 5 if m.gpm else 4,
+            "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": 16,
+            "DCGM_FI_DEV_PCIE_LINK_GEN": (5 if m.gpm else 4) if busy else 1,
+            "DCGM_FI_DEV_PCIE_LINK_WIDTH": 16,
+            "DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE": prof(0.0),
+            "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE": prof(0.62),
+            "DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE": prof(0.0),
+            "DCGM_FI_PROF_PIPE_INT_ACTIVE": prof(0.03),
+            **{f"DCGM_FI_DEV_NVLINK_BANDWIDTH_L{n}": (0 if n < m_links else None)
+               for n in range(18)},
         }

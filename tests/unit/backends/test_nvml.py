@@ -415,3 +415,32 @@ def test_clock_events_counted_per_reason_over_the_window() -> None:
 
 def test_lost_gpu_constant_is_nvml_gpu_is_lost() -> None:
     assert GPU_IS_LOST == 15  # the fake and nvml.h agree
+
+
+def test_issue9_fields_health_and_p2p_from_nvml() -> None:
+    # GPU 1 answers P2P "NotSupported" (5); GPU 0 has a row-remap failure (FAIL on MEM)
+    nv = FakeNvml(gpus(3))
+    nv.gpus[1].values["nvmlDeviceGetP2PStatus"] = 5
+    nv.gpus[0].values["NVML_FI_DEV_REMAPPED_FAILURE"] = 1
+    b = opened(nv)
+    try:
+        wanted = fields("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_DEV_SLOWDOWN_TEMP",
+                        "DCGM_EXP_P2P_STATUS", "DCGM_EXP_GPU_HEALTH_STATUS",
+                        "DCGM_FI_DEV_ROW_REMAP_FAILURE")
+        s = by_index(b.read(wanted).samples)
+        assert s[0].values["DCGM_FI_DEV_ENFORCED_POWER_LIMIT"] == 700.0  # mW -> W
+        assert s[0].values["DCGM_FI_DEV_SLOWDOWN_TEMP"] == 90
+        p2p = {dict(lv.labels)["peer_gpu"]: (dict(lv.labels)["link_status"], lv.value)
+               for lv in s[1].labeled if lv.field == "DCGM_EXP_P2P_STATUS"}
+        assert p2p == {"0": ("NotSupported", 5), "2": ("NotSupported", 5)}
+        health = {dict(lv.labels)["health_watch"]: lv.value
+                  for lv in s[0].labeled if lv.field == "DCGM_EXP_GPU_HEALTH_STATUS"}
+        assert len(health) == 11 and health["MEM"] == 20
+        assert {w: v for w, v in health.items() if w != "MEM"} == dict.fromkeys(
+            ("PCIE", "NVLINK", "PMU", "MCU", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL"),
+            0)
+        mem = next(lv for lv in s[0].labeled if ("health_watch", "MEM") in lv.labels)
+        assert ("health_error_code", "DCGM_FR_ROW_REMAP_FAILURE") in mem.labels
+        assert all(lv.value == 0 for lv in s[1].labeled if lv.field == "DCGM_EXP_GPU_HEALTH_STATUS")
+    finally:
+        b.close()

@@ -93,3 +93,37 @@ def test_identities_are_deterministic_and_unique() -> None:
     assert [d.device_name for d in a] == [f"nvidia{i}" for i in range(8)]
     assert all(d.uuid.startswith("GPU-") for d in a)
     assert SimulatedBackend(1, MODELS["H200"]).devices()[0].uuid != a[0].uuid
+
+
+def test_scenario_xids_drive_the_last_xid_and_the_windowed_count() -> None:
+    # issue 9: XID 31 on GPU 1 every 100 s from t=50 s; a 120 s window
+    from podgpu.backends.scenario import parse_scenario
+    from podgpu.fields.catalog import BY_NAME
+
+    scenario = parse_scenario({"pods": [], "xids": [{"gpu": 1, "xid": 31, "every": 100,
+                                                      "offset": 50}]})
+    now = [1000.0]
+    b = SimulatedBackend(2, MODELS["H100"], clock=lambda: now[0], scenario=scenario,
+                         xid_window_seconds=120.0)
+    want = [BY_NAME[n] for n in ("DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_XID_ERRORS_COUNT",
+                                 "DCGM_EXP_GPU_HEALTH_STATUS", "DCGM_EXP_P2P_STATUS")]
+
+    def at(t: float) -> tuple[int, list[tuple[tuple[tuple[str, str], ...], float]]]:
+        now[0] = 1000.0 + t
+        s = b.read(want).samples[1]
+        counts = [(lv.labels, lv.value) for lv in s.labeled
+                  if lv.field == "DCGM_EXP_XID_ERRORS_COUNT"]
+        last = s.values["DCGM_FI_DEV_XID_ERRORS"]
+        assert isinstance(last, int)
+        return last, counts
+
+    win = ("window_size_in_ms", "120000")
+    assert at(10) == (0, [((win,), 0)])
+    assert at(60) == (31, [((win, ("xid", "31")), 1)])
+    assert at(160) == (31, [((win, ("xid", "31")), 2)])   # t=50 and t=150 in the window
+    assert at(300) == (31, [((win, ("xid", "31")), 1)])   # only t=250
+    # XID 31 is an application error: health stays PASS; P2P over NVLink is OK on an H100
+    s = b.read(want).samples[0]
+    assert all(lv.value == 0 for lv in s.labeled if lv.field != "DCGM_EXP_XID_ERRORS_COUNT")
+    assert [dict(lv.labels) for lv in s.labeled if lv.field == "DCGM_EXP_P2P_STATUS"] == [
+        {"link_status": "OK", "peer_gpu": "1"}]

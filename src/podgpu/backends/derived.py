@@ -1,0 +1,115 @@
+"""DCGM_EXP_GPU_HEALTH_STATUS and DCGM_EXP_P2P_STATUS from what NVML can tell (issue 9 item 3).
+
+dcgm-exporter reads both from the DCGM host engine (health watches, `GetNvLinkP2PStatus`).
+Without DCGM, health is derived per GPU from fields podgpu reads anyway, on every backend the
+same way (the mapping table is in docs/compatibility.md):
+
+- MEM: FAIL on a row-remap failure or XID 48/63/64/95 in the window; WARN on volatile DBEs,
+  pages pending retirement, uncorrectable remapped rows, or XID 94.
+- NVLINK: FAIL on XID 74; WARN on NVLink CRC-data or recovery errors.
+- THERMAL: WARN while a thermal clock event is active or the GPU is at its slowdown temperature.
+- POWER: WARN while the hardware power brake is active.
+- PCIE and ALL: FAIL on XID 79 (fallen off the bus); ALL: WARN on any other XID in the window
+  except the application XIDs 13, 31, 43, 45, 68.
+- SM, PMU, MCU, INFOROM, DRIVER: NVML has no signal for them; always PASS.
+
+Values and labels are dcgm-exporter's: 0 PASS, 10 WARN, 20 FAIL; `health_watch` (11 per GPU) and
+`health_error_code` (a `DCGM_FR_*` name, DCGM_FR_OK when passing). A lost GPU has no sample and
+so no health series; it shows in `podgpu_devices{state="lost"}` and /health.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from podgpu.model import LabeledValue
+from podgpu.model.device import Value
+
+HEALTH = "DCGM_EXP_GPU_HEALTH_STATUS"
+P2P = "DCGM_EXP_P2P_STATUS"
+PASS, WARN, FAIL = 0, 10, 20
+WATCHES = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER",
+           "ALL")
+APP_XIDS = frozenset({13, 31, 43, 45, 68})
+"""XIDs NVIDIA's catalog resolves as application errors (restart the app), not GPU health."""
+_MEM_FAIL_XIDS = {48: "DCGM_FR_DBE_VIOLATION", 63: "DCGM_FR_PENDING_ROW_REMAP",
+                  64: "DCGM_FR_ROW_REMAP_FAILURE", 95: "DCGM_FR_UNCONTAINED_ERROR"}
+_THERMAL_BITS = 0x20 | 0x40  # sw_thermal, hw_thermal
+_POWER_BRAKE_BIT = 0x80
+# nvmlGpuP2PStatus_t order, which dcgm-exporter's link_status strings follow
+P2P_STATUS = ("OK", "ChipsetNotSupported", "GPUNotSupported", "TopologyNotSupported",
+              "DisabledByRegKey", "NotSupported", "Unknown")
+
+
+def _num(values: Mapping[str, Value], name: str) -> float:
+    v = values.get(name)
+    return float(v) if isinstance(v, int | float) else 0.0
+
+
+def recent_xids(values: Mapping[str, Value], labeled: Iterable[LabeledValue]) -> set[int]:
+    """XID codes seen in the count window (or the last XID when no window is read)."""
+    out = {int(v) for lv in labeled if lv.field == "DCGM_EXP_XID_ERRORS_COUNT" and lv.value > 0
+           for k, v in lv.labels if k == "xid"}
+    if not out and _num(values, "DCGM_FI_DEV_XID_ERRORS") > 0:
+        out.add(int(_num(values, "DCGM_FI_DEV_XID_ERRORS")))
+    return out
+
+
+def health(values: Mapping[str, Value], labeled: Iterable[LabeledValue]
+           ) -> dict[str, tuple[int, str]]:
+    """health_watch -> (value, health_error_code) for one GPU."""
+    out = {w: (PASS, "DCGM_FR_OK") for w in WATCHES}
+
+    def worse(watch: str, level: int, code: str) -> None:
+        if level > out[watch][0]:
+            out[watch] = (level, code)
+
+    xids = recent_xids(values, labeled)
+    if _num(values, "DCGM_FI_DEV_ROW_REMAP_FAILURE") > 0:
+        worse("MEM", FAIL, "DCGM_FR_ROW_REMAP_FAILURE")
+    for xid, code in _MEM_FAIL_XIDS.items():
+        if xid in xids:
+            worse("MEM", FAIL, code)
+    if 94 in xids:
+        worse("MEM", WARN, "DCGM_FR_XID_ERROR")
+    if _num(values, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL") > 0:
+        worse("MEM", WARN, "DCGM_FR_VOLATILE_DBE_DETECTED")
+    if _num(values, "DCGM_FI_DEV_RETIRED_PENDING") > 0:
+        worse("MEM", WARN, "DCGM_FR_PENDING_PAGE_RETIREMENTS")
+    if _num(values, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS") > 0:
+        worse("MEM", WARN, "DCGM_FR_UNCORRECTABLE_ROW_REMAP")
+    if 74 in xids:
+        worse("NVLINK", FAIL, "DCGM_FR_NVLINK_ERROR_CRITICAL")
+    if (_num(values, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL") > 0
+            or _num(values, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL") > 0):
+        worse("NVLINK", WARN, "DCGM_FR_NVLINK_ERROR_THRESHOLD")
+    reasons = int(_num(values, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"))
+    slowdown = _num(values, "DCGM_FI_DEV_SLOWDOWN_TEMP")
+    if reasons & _THERMAL_BITS or (slowdown > 0 and _num(values, "DCGM_FI_DEV_GPU_TEMP")
+                                   >= slowdown):
+        worse("THERMAL", WARN, "DCGM_FR_CLOCKS_EVENT_THERMAL")
+    if reasons & _POWER_BRAKE_BIT:
+        worse("POWER", WARN, "DCGM_FR_CLOCKS_EVENT_POWER")
+    if 79 in xids:
+        worse("PCIE", FAIL, "DCGM_FR_FALLEN_OFF_BUS")
+        worse("ALL", FAIL, "DCGM_FR_FALLEN_OFF_BUS")
+    if xids - APP_XIDS - set(_MEM_FAIL_XIDS) - {74, 79, 94}:
+        worse("ALL", WARN, "DCGM_FR_XID_ERROR")
+    return out
+
+
+def health_series(values: Mapping[str, Value], labeled: Iterable[LabeledValue]
+                  ) -> tuple[LabeledValue, ...]:
+    return tuple(
+        LabeledValue(HEALTH, (("health_error_code", code), ("health_watch", watch)), level)
+        for watch, (level, code) in health(values, labeled).items()
+    )
+
+
+def p2p_series(peers: Iterable[tuple[int, int]]) -> tuple[LabeledValue, ...]:
+    """(peer GPU index, nvmlGpuP2PStatus_t) -> DCGM_EXP_P2P_STATUS{peer_gpu, link_status}."""
+    out = []
+    for peer, status in peers:
+        text = P2P_STATUS[status] if 0 <= status < len(P2P_STATUS) else "Unknown"
+        out.append(LabeledValue(P2P, (("link_status", text), ("peer_gpu", str(peer))), status))
+    return tuple(out)

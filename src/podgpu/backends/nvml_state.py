@@ -1,0 +1,48 @@
+"""What the NVML backend keeps about one physical GPU between cycles.
+
+Its own module, below both `nvml` (the backend) and `nvml_read` (the per-cycle reads), so the two
+no longer import each other (issue 9 layout note).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from podgpu.backends.nvml_events import WindowCounter
+from podgpu.backends.nvml_gpm import GpmStream
+from podgpu.backends.nvml_mig import MigInstance
+from podgpu.model import Device
+
+
+@dataclass
+class GpuState:
+    """Everything podgpu keeps about one physical GPU between cycles. Only the thread reading
+    this GPU in a cycle touches it (the collector calls `read` from one thread)."""
+
+    index: int
+    uuid: str = ""
+    handle: Any = None
+    device: Device | None = None
+    instances: tuple[MigInstance, ...] = ()
+    gpm: GpmStream | None = None
+    gpm_reason: str | None = None
+    instance_gpm: dict[int, GpmStream] = field(default_factory=dict)
+    labels: dict[str, Any] | None = None
+    label_missing: dict[str, str] = field(default_factory=dict)
+    rate_prev: dict[str, tuple[float, int]] = field(default_factory=dict)
+    clock_events: WindowCounter | None = None
+    proc_timestamp: int = 0
+    lost: str | None = None
+    retry_at: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.device.device_name if self.device is not None else f"gpu{self.index}"
+
+    def free_gpm(self) -> None:
+        for stream in (self.gpm, *self.instance_gpm.values()):
+            if stream is not None:
+                stream.close()
+        self.gpm = None
+        self.instance_gpm = {}
