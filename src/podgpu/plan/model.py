@@ -45,6 +45,7 @@ DEFAULT_METRIC_TIERS: tuple[tuple[float, float], ...] = (
 """Reference cloudwatch.md §5.3: metrics in each tier and $ per metric-month."""
 DEFAULT_INGEST_PER_GB = 0.50
 PATHS = ("agent", "podgpu-60s", "podgpu-1s")
+MEASURED_WINDOWS = 2
 
 Identity = tuple[str, str, tuple[tuple[str, str], ...]]
 """(namespace, metric name, dimension values): one billed custom metric."""
@@ -114,6 +115,8 @@ class Estimate:
 @dataclass(slots=True)
 class _NodeRun:
     events: list[str]
+    """Every event of the measured windows."""
+    windows: int
     identities: set[Identity]
 
 
@@ -191,7 +194,8 @@ class _Runner:
 
     def run(self, node_index: int, generation: int, samples_per_window: int, agent: bool
             ) -> _NodeRun:
-        """Two windows of one node; the second (counters past their seeding sample) is measured."""
+        """Three windows of one node; the last two are measured: counters are past their seeding
+        sample, and two minutes hold a whole 20 s on / 20 s off burn cycle in every phase."""
         interval = self.opts.emf_interval
         node = SimNode(self.shape, self.metrics, node_index, generation)
         builder = self.builder(node)
@@ -199,7 +203,8 @@ class _Runner:
         acc = WindowAccumulator(interval, encoder.wanted)
         closed: list[ClosedWindow] = []
         step = interval / samples_per_window
-        for snap in node.snapshots(2 * samples_per_window, step):
+        for snap in node.snapshots(MEASURED_WINDOWS * samples_per_window + samples_per_window,
+                                   step):
             series: Iterable[tuple[LabelKey, str, list[Item]]] = builder.series(snap)
             if agent:
                 series = _agent_keys(series, node.name, self.opts.cluster_name,
@@ -210,10 +215,10 @@ class _Runner:
         last = acc.close()
         if last is not None:
             closed.append(last)
-        window = closed[-1]
+        measured = closed[-MEASURED_WINDOWS:]
         ids = _identities(encoder, self.config.namespace,
-                          ((k, m.keys()) for k, m in window.groups.items()))
-        return _NodeRun(encoder.encode(window), ids)
+                          ((k, m.keys()) for w in measured for k, m in w.groups.items()))
+        return _NodeRun([e for w in measured for e in encoder.encode(w)], len(measured), ids)
 
     def prometheus_series(self) -> int:
         node = SimNode(self.shape, self.metrics, 0)
@@ -243,7 +248,7 @@ def estimate(shape: Shape, config: EmfConfig, opts: PlanOptions | None = None,
         in_period = steady + shape.churn_per_day * opts.days * per_pod
         if agent:
             sizes = [_v0_size(e) + EVENT_OVERHEAD for e in n0.events]
-            scrapes = 60.0 / opts.agent_scrape_interval
+            scrapes = 60.0 / opts.agent_scrape_interval / n0.windows
             events = len(sizes) * scrapes * shape.nodes
             nbytes = sum(sizes) * scrapes * shape.nodes
             per_flush = nbytes / 60.0 * AGENT_FLUSH_SECONDS
@@ -251,10 +256,10 @@ def estimate(shape: Shape, config: EmfConfig, opts: PlanOptions | None = None,
                                                                      / AGENT_BATCH_BYTES))
         else:
             sizes = [len(e.encode()) + EVENT_OVERHEAD for e in n0.events]
-            events = len(sizes) * per_minute * shape.nodes
-            nbytes = sum(sizes) * per_minute * shape.nodes
-            per_node_flush = max(math.ceil(sum(sizes) / PUT_LOG_EVENTS_MAX_BYTES),
-                                 math.ceil(len(sizes) / PUT_LOG_EVENTS_MAX_EVENTS))
+            events = len(sizes) / n0.windows * per_minute * shape.nodes
+            nbytes = sum(sizes) / n0.windows * per_minute * shape.nodes
+            per_node_flush = max(math.ceil(sum(sizes) / n0.windows / PUT_LOG_EVENTS_MAX_BYTES),
+                                 math.ceil(len(sizes) / n0.windows / PUT_LOG_EVENTS_MAX_EVENTS))
             requests = per_node_flush * per_minute * shape.nodes
         paths[path] = PathEstimate(
             metrics_steady=steady, metrics_per_new_pod=per_pod, metrics_in_period=in_period,
