@@ -138,6 +138,16 @@ def make_scenario(settings: Settings) -> Scenario | None:
 
 
 def make_backend(settings: Settings, scenario: Scenario | None = None) -> Backend:
+    """The GPU backend, wrapped in the `-d` selection when one is given (issue 9)."""
+    backend = _make_backend(settings, scenario)
+    if settings.devices.flex:
+        return backend
+    from podgpu.backends.select import SelectedBackend
+
+    return SelectedBackend(backend, settings.devices)
+
+
+def _make_backend(settings: Settings, scenario: Scenario | None = None) -> Backend:
     if settings.simulate:
         from podgpu.backends.simulated import SimulatedBackend, parse_simulate
 
@@ -171,6 +181,7 @@ def make_attributor(settings: Settings, scenario: Scenario | None) -> Attributor
         node_name=settings.node_name or None,
         poll_interval_seconds=settings.collect_interval,
         scenario=scenario,
+        kubernetes_enable_dra=settings.kubernetes_enable_dra,
     )
 
 
@@ -238,6 +249,7 @@ def cmd_serve(settings: Settings) -> int:
         virtual_gpus=settings.kubernetes_virtual_gpus,
         pod_uid=settings.kubernetes_enable_pod_uid,
         pod_labels=settings.kubernetes_enable_pod_labels,
+        old_namespace=settings.use_old_namespace,
     )
     emf = make_emf_sink(settings, metrics, label_opts) if settings.cloudwatch_config else None
     scenario = make_scenario(settings)

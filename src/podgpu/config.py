@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podgpu.errors import ConfigError
+from podgpu.model.selection import DeviceSelection, parse_device_selection
 
 DEFAULT_ADDRESS = ":9400"
 DEFAULT_COLLECT_INTERVAL_MS = 1000  # measured: bench/RESULTS.md "Choosing the default interval"
@@ -66,6 +67,12 @@ class Settings:
     kubernetes_enable_pod_labels: bool = False
     kubernetes_pod_label_allowlist_regex: tuple[str, ...] = ()
     proc_root: str = "/proc"
+    use_old_namespace: bool = False
+    """-o: dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name)."""
+    devices: DeviceSelection = DeviceSelection()
+    """-d: which GPUs / MIG GPU instances get series (model/selection.py)."""
+    kubernetes_enable_dra: bool = False
+    """Attribute GPUs allocated through DRA (driver gpu.nvidia.com) like device-plugin GPUs."""
     # CloudWatch EMF sink (docs/cloudwatch.md); off unless cloudwatch_config is set
     cloudwatch_config: str | None = None
     emf_destination: str = "cloudwatch"
@@ -230,6 +237,15 @@ OPTIONS: tuple[Option, ...] = (
            "comma-separated regexes of pod label keys to copy", _csv, metavar="REGEXES"),
     Option(("--proc-root",), "proc_root", "PODGPU_PROC_ROOT", "/proc",
            "where the host's /proc is mounted (GPU process -> cgroup -> pod)", metavar="PATH"),
+    Option(("-o", "--use-old-namespace"), "use_old_namespace", "DCGM_EXPORTER_USE_OLD_NAMESPACE",
+           False, "dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name); "
+           "pair with a 1.x metric list (dcgm_* names)", parse_bool, True),
+    Option(("-d", "--devices"), "devices", "DCGM_EXPORTER_DEVICES_STR", DeviceSelection(),
+           "devices to export: f (every GPU, MIG instances of MIG GPUs), g[:0,1], i[:0-3] (MIG "
+           "GPU-instance ids) or g+i", parse_device_selection, metavar="SPEC"),
+    Option(("--kubernetes-enable-dra",), "kubernetes_enable_dra", "KUBERNETES_ENABLE_DRA", False,
+           "attribute GPUs allocated through Kubernetes DRA (driver gpu.nvidia.com)", parse_bool,
+           True),
     # --- CloudWatch EMF sink (docs/cloudwatch.md)
     Option(("--cloudwatch-config",), "cloudwatch_config", "PODGPU_CLOUDWATCH_CONFIG", None,
            "send EMF to CloudWatch using this CloudWatch agent config (its emf_processor "
@@ -305,8 +321,6 @@ IGNORED: Mapping[tuple[str, ...], tuple[str, str, bool]] = {
 
 # Refused: ignoring these would change what is exported, or who may read it, without notice.
 REFUSED: Mapping[tuple[str, ...], tuple[str, str, bool]] = {
-    ("-o", "--use-old-namespace"): (
-        "DCGM_EXPORTER_USE_OLD_NAMESPACE", "1.x label names are not produced", True),
     ("-m", "--configmap-data"): (
         "DCGM_EXPORTER_CONFIGMAP_DATA",
         "reading the metric list from a ConfigMap is not supported; mount it and pass -f FILE",
@@ -319,12 +333,7 @@ REFUSED: Mapping[tuple[str, ...], tuple[str, str, bool]] = {
         "DCGM_EXPORTER_SYSTEMD_SOCKET", "systemd socket activation is not supported", True),
     ("--hpc-job-mapping-dir",): (
         "DCGM_HPC_JOB_MAPPING_DIR", "the hpc_job label is not produced", False),
-    ("--kubernetes-enable-dra",): (
-        "KUBERNETES_ENABLE_DRA", "DRA attribution is not supported yet", True),
     ("--fake-gpus",): ("DCGM_EXPORTER_USE_FAKE_GPUS", "use --simulate N instead", True),
-    ("-d", "--devices"): (
-        "DCGM_EXPORTER_DEVICES_STR",
-        "only the default 'f' (every GPU, or its MIG instances) is supported", False),
 }
 # Values of refused options that mean "off", so they are accepted silently.
 _OFF_VALUES = {"--configmap-data": {"none", ""}, "--devices": {"f", ""}, "--web-config-file": {""},

@@ -28,6 +28,17 @@ class FakeContainer:
     name: str
     devices: list[tuple[str, list[str]]] = field(default_factory=list)
     """(resource name, device ids)"""
+    claims: list[FakeClaim] = field(default_factory=list)
+    """DRA allocations (`dynamic_resources`)."""
+
+
+@dataclass
+class FakeClaim:
+    """One DRA ResourceClaim as the kubelet lists it: (driver, pool, device) per allocation."""
+
+    name: str
+    namespace: str
+    devices: list[tuple[str, str, str]]
 
 
 @dataclass
@@ -62,6 +73,13 @@ class _Servicer(pb_grpc.PodResourcesListerServicer):  # type: ignore[misc]
                 for resource, ids in c.devices:
                     d = cr.devices.add(resource_name=resource, device_ids=ids)
                     d.topology.nodes.add(ID=0)
+                for claim in c.claims:
+                    dr = cr.dynamic_resources.add(claim_name=claim.name,
+                                                  claim_namespace=claim.namespace)
+                    for driver, pool, device in claim.devices:
+                        res = dr.claim_resources.add(driver_name=driver, pool_name=pool,
+                                                     device_name=device)
+                        res.cdi_devices.add(name=f"k8s.{driver}/claim={claim.name}-{device}")
         return resp
 
 

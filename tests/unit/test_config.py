@@ -86,11 +86,8 @@ def test_bad_values_name_the_flag_or_variable(argv: list[str], env: dict[str, st
     [
         (["--web-config-file", "web.yml"], {}, "--web-config-file"),
         ([], {"DCGM_EXPORTER_WEB_CONFIG_FILE": "web.yml"}, "DCGM_EXPORTER_WEB_CONFIG_FILE"),
-        (["-o"], {}, "--use-old-namespace"),
         (["-m", "ns:cm"], {}, "mount it and pass -f"),
-        (["-d", "g:0,1"], {}, "--devices"),
         (["--fake-gpus"], {}, "use --simulate"),
-        (["--kubernetes-enable-dra"], {}, "DRA"),
     ],
 )
 def test_unsupported_dcgm_exporter_options_that_matter_are_refused(
@@ -98,6 +95,27 @@ def test_unsupported_dcgm_exporter_options_that_matter_are_refused(
     with pytest.raises(ConfigError) as exc:
         parse_serve_args(argv, env)
     assert needle in str(exc.value)
+
+
+def test_issue9_options_old_namespace_devices_dra() -> None:
+    from podgpu.model.selection import DeviceSelection
+
+    s = parse_serve_args(["-o", "-d", "g:0,2-3+i:1", "--kubernetes-enable-dra"], {})
+    assert s.use_old_namespace and s.kubernetes_enable_dra
+    assert s.devices == DeviceSelection(False, (0, 2, 3), (1,))
+    env = {"DCGM_EXPORTER_DEVICES_STR": "i", "DCGM_EXPORTER_USE_OLD_NAMESPACE": "true",
+           "KUBERNETES_ENABLE_DRA": "1"}
+    s = parse_serve_args([], env)
+    assert s.devices == DeviceSelection(False, None, ()) and s.use_old_namespace
+    assert s.kubernetes_enable_dra
+    assert parse_serve_args(["-d", "f"], {}).devices == DeviceSelection()
+
+
+@pytest.mark.parametrize("spec", ["x", "g:", "g:1-0", "g+g", "g:a", "i:1,,2", "f+g"])
+def test_bad_device_selection_is_one_line_naming_the_flag(spec: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_serve_args(["-d", spec], {})
+    assert str(exc.value).startswith("--devices: ") and "\n" not in str(exc.value)
 
 
 def test_harmless_dcgm_exporter_options_are_accepted_with_a_warning() -> None:

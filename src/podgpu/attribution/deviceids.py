@@ -42,8 +42,14 @@ _GPU = re.compile(rf"^(GPU-{_UUID})(?:::(\d+))?$")
 _MIG = re.compile(rf"^(MIG-{_UUID})(?:::(\d+))?$")
 _MIG_OLD = re.compile(rf"^MIG-(GPU-{_UUID})/(\d+)/(\d+)$")
 _GKE = re.compile(r"^(nvidia\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
+# NVIDIA DRA driver device names (reference/kubelet.md §7): `gpu-<minor>`,
+# `gpu-<parent minor>-mig-<profile without dots>-<profile id>-<placement start>`
+_DRA_GPU = re.compile(r"^gpu-(\d+)$")
+_DRA_MIG = re.compile(r"^gpu-(\d+)-mig-([0-9a-z+]+)-(\d+)-(\d+)$")
+DRA_GPU_RESOURCE = "dra/gpu.nvidia.com"
 
-Kind = Literal["gpu-uuid", "mig-uuid", "mig-legacy", "gpu-name", "mig-name"]
+Kind = Literal["gpu-uuid", "mig-uuid", "mig-legacy", "gpu-name", "mig-name", "dra-gpu",
+               "dra-mig"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,8 @@ class DeviceId:
     """GPU-instance id for mig-legacy and mig-name ids."""
     replica: int | None = None
     """The sharing suffix `::N` or `/vgpuN`; None for an exclusive id."""
+    profile: str | None = None
+    """MIG profile without dots (`1g24gb`) for dra-mig ids."""
 
 
 def parse_device_id(raw: str) -> DeviceId | None:
@@ -76,6 +84,10 @@ def parse_device_id(raw: str) -> DeviceId | None:
         return DeviceId(raw, "mig-legacy", gpu_uuid=_norm_uuid(m[1]), gi=int(m[2]))
     if m := _MIG.match(s):
         return DeviceId(raw, "mig-uuid", mig_uuid=_norm_uuid(m[1]), replica=_int(m[2]))
+    if m := _DRA_GPU.match(s):
+        return DeviceId(raw, "dra-gpu", device_name=f"nvidia{m[1]}")
+    if m := _DRA_MIG.match(s):
+        return DeviceId(raw, "dra-mig", device_name=f"nvidia{m[1]}", profile=m[2])
     if m := _GKE.match(s):
         kind: Kind = "mig-name" if m[2] is not None else "gpu-name"
         return DeviceId(raw, kind, device_name=m[1], gi=_int(m[2]), replica=_int(m[3]))
@@ -99,6 +111,7 @@ def is_gpu_resource(name: str, extra_names: Iterable[str] = ()) -> bool:
     """
     return (
         name == NVIDIA_GPU_RESOURCE
+        or name == DRA_GPU_RESOURCE  # listed only with --kubernetes-enable-dra (kubelet.flatten)
         or name.startswith(NVIDIA_MIG_RESOURCE_PREFIX)
         or name in extra_names
     )
@@ -116,6 +129,7 @@ class DeviceIndex:
         self._by_mig_uuid: dict[str, Device] = {}
         self._by_uuid_gi: dict[tuple[str, int], Device] = {}
         self._by_name_gi: dict[tuple[str, int], Device] = {}
+        self._by_name_profile: dict[tuple[str, str], list[Device]] = {}
         for d in devices:
             uuid = _norm_uuid(d.uuid)
             if d.mig_gi_id is None:
@@ -126,6 +140,8 @@ class DeviceIndex:
                     self._by_mig_uuid[_norm_uuid(d.mig_uuid)] = d
                 self._by_uuid_gi[(uuid, d.mig_gi_id)] = d
                 self._by_name_gi[(d.device_name, d.mig_gi_id)] = d
+                key = (d.device_name, (d.mig_profile or "").replace(".", ""))
+                self._by_name_profile.setdefault(key, []).append(d)
 
     def match(self, dev_id: DeviceId) -> Device | None:
         """The device `dev_id` names on this node, or None (absent, or wrong id type)."""
@@ -138,6 +154,13 @@ class DeviceIndex:
             if self.id_type != "device-name":
                 return None
             return self._by_name.get(dev_id.device_name or "")
+        if k == "dra-gpu":  # DRA names GPUs by minor whatever the device plugin's id type
+            return self._by_name.get(dev_id.device_name or "")
+        if k == "dra-mig":
+            # parent minor + profile; several instances of one profile on a GPU are ambiguous
+            # without the driver's ResourceSlice (placement -> GI id), so they match nothing
+            same = self._by_name_profile.get((dev_id.device_name or "", dev_id.profile or ""), [])
+            return same[0] if len(same) == 1 else None
         if k == "mig-uuid":
             return self._by_mig_uuid.get(dev_id.mig_uuid or "")
         if k == "mig-legacy":
@@ -154,6 +177,9 @@ class DeviceIndex:
             and dev_id.device_name in self._by_name
         ):
             return "it is a device-name id (GKE) but --kubernetes-gpu-id-type=uid; use device-name"
+        if dev_id.kind == "dra-mig" and len(self._by_name_profile.get(
+                (dev_id.device_name or "", dev_id.profile or ""), [])) > 1:
+            return "several MIG instances of that profile on the GPU; DRA placement is not mapped"
         return "no such GPU or MIG instance on this node"
 
 

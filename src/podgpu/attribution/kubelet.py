@@ -60,14 +60,31 @@ class PodResourcesState:
     fetched_at: float = 0.0
 
 
-def flatten(response: Any) -> tuple[ContainerDevices, ...]:
+DRA_GPU_DRIVER = "gpu.nvidia.com"
+DRA_RESOURCE_PREFIX = "dra/"
+"""DRA allocations become entries with resource `dra/<driver>` and the DRA device name as id."""
+
+
+def flatten(response: Any, *, dra: bool = False) -> tuple[ContainerDevices, ...]:
     """A `ListPodResourcesResponse` message -> frozen entries (all resources, all containers).
 
     Init containers listed by the kubelet (restartable sidecars) are included like any other.
+    With `dra`, each `dynamic_resources` device of NVIDIA's DRA driver becomes an entry too
+    (resource `dra/gpu.nvidia.com`, id = the DRA device name such as `gpu-0`), so DRA GPUs are
+    attributed like device-plugin GPUs; a claim shared by several containers lists the same
+    device under each of them.
     """
     out: list[ContainerDevices] = []
     for pod in response.pod_resources:
         for c in pod.containers:
+            if dra:
+                for claim in c.dynamic_resources:
+                    for res in claim.claim_resources:
+                        if res.driver_name == DRA_GPU_DRIVER and res.device_name:
+                            out.append(ContainerDevices(
+                                namespace=pod.namespace, pod=pod.name, container=c.name,
+                                resource=DRA_RESOURCE_PREFIX + res.driver_name,
+                                device_ids=(res.device_name,)))
             for dev in c.devices:
                 out.append(
                     ContainerDevices(
@@ -92,8 +109,10 @@ class PodResourcesClient:
         max_backoff_seconds: float = DEFAULT_MAX_BACKOFF_SECONDS,
         timeout_seconds: float = LIST_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.time,
+        dra: bool = False,
     ) -> None:
         self._socket = socket_path
+        self._dra = dra
         self._interval = max(MIN_POLL_SECONDS, poll_interval_seconds)
         self._max_backoff = max(self._interval, max_backoff_seconds)
         self._timeout = timeout_seconds
@@ -184,7 +203,7 @@ class PodResourcesClient:
             request = pb.ListPodResourcesRequest()
             timeout = self._timeout
             self._list = lambda: call(request, timeout=timeout)
-        return flatten(self._list())
+        return flatten(self._list(), dra=self._dra)
 
     def _close_channel(self) -> None:
         ch, self._channel, self._list = self._channel, None, None

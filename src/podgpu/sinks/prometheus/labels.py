@@ -25,6 +25,13 @@ class LabelOptions:
     virtual_gpus: bool = False
     pod_uid: bool = False
     pod_labels: bool = False
+    old_namespace: bool = False
+    """-o: dcgm-exporter 1.x names: `uuid`, `pod_name`, `pod_namespace`, `container_name`."""
+
+
+# dcgm-exporter's --use-old-namespace renames (reference/dcgm-exporter.md §2.1)
+OLD_NAMES = {"UUID": "uuid", "pod": "pod_name", "namespace": "pod_namespace",
+             "container": "container_name"}
 
 
 def model_name(device: Device, opts: LabelOptions) -> str:
@@ -37,7 +44,7 @@ def identity_pairs(device: Device, opts: LabelOptions) -> Pairs:
     """The fixed leading labels of every series of `device`."""
     pairs: list[tuple[str, str]] = [
         ("gpu", str(device.index)),
-        ("UUID", device.uuid),
+        ("uuid" if opts.old_namespace else "UUID", device.uuid),
         ("pci_bus_id", device.pci_bus_id),
         ("device", device.device_name),
         ("modelName", model_name(device, opts)),
@@ -86,6 +93,8 @@ def container_pairs(ref: ContainerRef, opts: LabelOptions, *, always_uid: bool =
     pairs = [("container", ref.container), ("namespace", ref.namespace), ("pod", ref.pod)]
     if (opts.pod_uid or always_uid or not ref.pod) and ref.pod_uid:
         pairs.append(("pod_uid", ref.pod_uid))
+    if opts.old_namespace:
+        return tuple(sorted((OLD_NAMES.get(k, k), v) for k, v in pairs if v))
     return tuple((k, v) for k, v in pairs if v)
 
 
