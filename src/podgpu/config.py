@@ -69,7 +69,7 @@ class Settings:
     proc_root: str = "/proc"
     use_old_namespace: bool = False
     """-o: dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name)."""
-    devices: DeviceSelection = DeviceSelection()
+    devices: DeviceSelection = field(default_factory=DeviceSelection)
     """-d: which GPUs / MIG GPU instances get series (model/selection.py)."""
     kubernetes_enable_dra: bool = False
     """Attribute GPUs allocated through DRA (driver gpu.nvidia.com) like device-plugin GPUs."""

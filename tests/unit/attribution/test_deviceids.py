@@ -53,10 +53,19 @@ def test_parses_every_form_with_its_replica(raw: str, kind: str, replica: int | 
 @pytest.mark.parametrize(
     "raw",
     ["", "GPU-", "GPU-1234", f"{G0}::", f"{G0}::x", f"{G0}:0", "nvidia", "nvidiaX",
-     "nvidia0/gi", "nvidia0/vgpu", "gpu-0", "k8s.gpu.nvidia.com/claim=x-gpu-0", f"MIG-{G2}/3"],
+     "nvidia0/gi", "nvidia0/vgpu", "gpu-x", "k8s.gpu.nvidia.com/claim=x-gpu-0", f"MIG-{G2}/3"],
 )
 def test_rejects_unknown_forms(raw: str) -> None:
     assert parse_device_id(raw) is None
+
+
+def test_nvidia_dra_device_names() -> None:
+    # reference/kubelet.md section 7: gpu-<minor>, gpu-<minor>-mig-<profile>-<id>-<start>
+    gpu = parse_device_id("gpu-3")
+    assert gpu is not None and (gpu.kind, gpu.device_name) == ("dra-gpu", "nvidia3")
+    mig = parse_device_id("gpu-2-mig-1g24gb-19-0")
+    assert mig is not None and (mig.kind, mig.device_name, mig.profile) == (
+        "dra-mig", "nvidia2", "1g24gb")
 
 
 @pytest.mark.parametrize(
