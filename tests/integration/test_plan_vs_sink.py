@@ -15,6 +15,7 @@ the cluster and the period, including pod churn.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -150,3 +151,43 @@ def test_simulated_cluster_matches_the_plan(shape: Shape, config: Path, samples:
     assert measured_metrics > 0
     assert within(measured_metrics, p.metrics_steady), (measured_metrics, p.metrics_steady)
     assert within(measured_bytes, p.bytes_per_minute), (measured_bytes, p.bytes_per_minute)
+
+
+def podgpu_plan(*args: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "podgpu", "plan", *args], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+
+
+def test_plan_cli_100_nodes_x_8_gpus_prints_three_columns() -> None:
+    res = podgpu_plan("--nodes", "100", "--gpus-per-node", "8", "--churn-per-day", "50")
+    assert res.returncode == 0, res.stderr
+    header = res.stdout.splitlines()[1]
+    assert all(t in header for t in ("seed: central agent", "podgpu EMF, 60 s",
+                                     "podgpu EMF, 1 s arrays"))
+    assert "us-east-1 list prices as of 2026-12" in res.stdout
+    res = podgpu_plan("--nodes", "100", "--gpus-per-node", "8", "--churn-per-day", "50",
+                      "--format", "json", "--metric-prices", "0.3,0.1,0.05,0.02")
+    d = json.loads(res.stdout)
+    agent, p60, p1 = (d["paths"][k] for k in ("agent", "podgpu-60s", "podgpu-1s"))
+    # the seed's declaration: 14 metrics per (Service, Namespace, ClusterName, job, pod)
+    assert p60["custom_metrics_active"] == p1["custom_metrics_active"] == 800 * 14
+    assert p1["custom_metrics_in_period"] == 800 * 14 + 50 * 30 * 14
+    assert agent["custom_metrics_active"] == 100 * 14  # `pod` is the exporter's: one per node
+    assert p1["put_log_events_bytes"] > p60["put_log_events_bytes"]
+    assert p1["metrics_dollars"] == pytest.approx(10_000 * 0.3 + (800 * 14 + 50 * 30 * 14 - 10_000) * 0.1)
+    assert d["prometheus"]["active_series"] > 0
+
+
+@pytest.mark.parametrize(("args", "expect"), [
+    (["--sharing", "none", "--pods-per-gpu", "2"], "--pods-per-gpu 2: 1 without sharing"),
+    (["--metric-prices", "0.3,x"], "--metric-prices '0.3,x': expected four"),
+    (["--cloudwatch-config", "/nonexistent.json"], "/nonexistent.json: cannot read"),
+])
+def test_plan_bad_input_exits_2_with_one_line(args: list[str], expect: str) -> None:
+    res = podgpu_plan(*args)
+    assert res.returncode == 2
+    (line,) = res.stderr.strip().splitlines()
+    assert expect in line
