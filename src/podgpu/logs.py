@@ -9,6 +9,9 @@ import threading
 import time
 
 _MAX_ONCE_KEYS = 4096
+QUIET_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3", "kubernetes", "grpc", "asyncio")
+"""Kept at INFO under --debug: botocore's DEBUG prints request headers (an STS session token),
+the Kubernetes client's prints response bodies (pod specs with env values) (SECURITY.md)."""
 
 
 class JsonFormatter(logging.Formatter):
@@ -35,6 +38,8 @@ def configure(*, debug: bool = False, fmt: str = "text") -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    for name in QUIET_LIBRARIES:  # --debug is for podgpu; their DEBUG output carries secrets
+        logging.getLogger(name).setLevel(logging.INFO)
 
 
 _seen: set[str] = set()
