@@ -20,7 +20,7 @@ from podgpu.attribution.attributor import build_attributor
 from podgpu.attribution.base import Attributor
 from podgpu.backends.base import Backend
 from podgpu.config import Settings, add_serve_arguments, settings_from
-from podgpu.errors import BackendError, ConfigError
+from podgpu.errors import BackendError, ConfigError, ListenError
 from podgpu.fields.catalog import CATALOG
 from podgpu.fields.metriclist import MetricList, load_default, load_metric_list, parse_metric_list
 
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"podgpu: {exc}", file=sys.stderr)
         return 2
-    except BackendError as exc:
+    except (BackendError, ListenError) as exc:
         print(f"podgpu: {exc}", file=sys.stderr)
         return 1
 
@@ -230,6 +230,7 @@ def make_emf_sink(settings: Settings, metrics: MetricList, label_opts: LabelOpti
 
 def cmd_serve(settings: Settings) -> int:
     from podgpu.collect import CollectLoop, Collector
+    from podgpu.http.guard import Limits
     from podgpu.http.publish import Publisher
     from podgpu.http.server import make_app, serve_until_stopped
     from podgpu.sinks.live import LiveRenderer, ViewOptions
@@ -242,6 +243,9 @@ def cmd_serve(settings: Settings) -> int:
     metrics = load_metrics(settings)
     for w in metrics.warnings:
         log.warning("%s", w)
+    if not metrics.metrics:  # issue 13: a ConfigMap under the wrong key must not look healthy
+        raise ConfigError(f"{metrics.path}: the metric list has no metric rows (only comments, "
+                          "blank lines or label rows), so no GPU metric would be exported")
     label_opts = LabelOptions(
         hostname=settings.hostname,
         hostname_label=settings.hostname_label,
@@ -299,7 +303,9 @@ def cmd_serve(settings: Settings) -> int:
         app = make_app(publisher, interval=settings.collect_interval, backend=backend.name,
                        sinks={"emf": emf.health} if emf is not None else None)
         try:
-            asyncio.run(serve_until_stopped(app, settings.host, settings.port))
+            limits = Limits(max_connections=settings.http_max_connections,
+                            request_timeout=settings.http_request_timeout)
+            asyncio.run(serve_until_stopped(app, settings.host, settings.port, limits=limits))
         finally:
             loop.stop()
             if emf is not None:

@@ -25,6 +25,11 @@ DEFAULT_COLLECT_INTERVAL_MS = 1000  # measured: bench/RESULTS.md "Choosing the d
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_WINDOW_MS = 300_000
 MIN_COLLECT_INTERVAL_MS = 100
+MAX_COLLECT_INTERVAL_MS = 3_600_000  # an hour; beyond it the loop's timers overflow (issue 13)
+MAX_WINDOW_MS = 7 * 24 * 3_600_000  # a week of XID / clock-event history
+MAX_BURN_SECONDS = 86_400.0
+DEFAULT_HTTP_MAX_CONNECTIONS = 2048  # http/guard.py; bench/RESULTS.md "HTTP load"
+DEFAULT_HTTP_REQUEST_TIMEOUT = 15.0
 DEFAULT_EMF_INTERVAL = 60.0
 DEFAULT_EMF_QUEUE_BYTES = 8 * 1024 * 1024  # >= 2 h of an 8-GPU node: bench/RESULTS.md "EMF"
 MAX_EMF_INTERVAL = 3600.0
@@ -67,6 +72,8 @@ class Settings:
     kubernetes_enable_pod_labels: bool = False
     kubernetes_pod_label_allowlist_regex: tuple[str, ...] = ()
     proc_root: str = "/proc"
+    http_max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
+    http_request_timeout: float = DEFAULT_HTTP_REQUEST_TIMEOUT
     use_old_namespace: bool = False
     """-o: dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name)."""
     devices: DeviceSelection = field(default_factory=DeviceSelection)
@@ -126,9 +133,27 @@ def _burn(text: str) -> tuple[float, float]:
         pair = (float(on), float(off))
     except ValueError:
         pair = (-1.0, -1.0)
-    if not sep or pair[0] <= 0 or pair[1] < 0:
-        raise ValueError(f"expected ON,OFF seconds with ON > 0 and OFF >= 0, got {text!r}")
+    if not sep or not (0 < pair[0] <= MAX_BURN_SECONDS and 0 <= pair[1] <= MAX_BURN_SECONDS):
+        # also refuses nan and inf: comparisons with nan are false
+        raise ValueError(f"expected ON,OFF seconds with 0 < ON <= {MAX_BURN_SECONDS:g} and "
+                         f"0 <= OFF <= {MAX_BURN_SECONDS:g}, got {text!r}")
     return pair
+
+
+def _connections(text: str) -> int:
+    if not text.strip().isdigit() or not 16 <= int(text) <= 1_000_000:
+        raise ValueError(f"expected a whole number of connections in 16..1000000, got {text!r}")
+    return int(text)
+
+
+def _request_timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {text!r}") from None
+    if not 1.0 <= value <= 600.0:  # also refuses nan
+        raise ValueError(f"must be between 1 and 600 seconds, got {text!r}")
+    return value
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -237,6 +262,13 @@ OPTIONS: tuple[Option, ...] = (
            "comma-separated regexes of pod label keys to copy", _csv, metavar="REGEXES"),
     Option(("--proc-root",), "proc_root", "PODGPU_PROC_ROOT", "/proc",
            "where the host's /proc is mounted (GPU process -> cgroup -> pod)", metavar="PATH"),
+    Option(("--http-max-connections",), "http_max_connections", "PODGPU_HTTP_MAX_CONNECTIONS",
+           DEFAULT_HTTP_MAX_CONNECTIONS, "open HTTP connections at most (kept below the file "
+           "descriptor limit); at the cap the oldest one without a completed request is closed",
+           _connections, metavar="N"),
+    Option(("--http-request-timeout",), "http_request_timeout", "PODGPU_HTTP_REQUEST_TIMEOUT",
+           DEFAULT_HTTP_REQUEST_TIMEOUT, "seconds a connection has to send a request and read the "
+           "answer before it is closed", _request_timeout, metavar="SECONDS"),
     Option(("-o", "--use-old-namespace"), "use_old_namespace", "DCGM_EXPORTER_USE_OLD_NAMESPACE",
            False, "dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name); "
            "pair with a 1.x metric list (dcgm_* names)", parse_bool, True),
@@ -366,12 +398,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                 parser.add_argument(*flags, dest=dest, default=None, help=argparse.SUPPRESS)
 
 
-def _parse_address(address: str) -> tuple[str | None, int]:
+def _parse_address(address: str, source: str = "--address") -> tuple[str | None, int]:
     m = re.fullmatch(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})",
                      address.strip())
     if not m or int(m["port"]) > 65535:
         raise ConfigError(
-            f"--address {address!r}: expected HOST:PORT, :PORT or [IPv6]:PORT, e.g. :9400")
+            f"{source} {address!r}: expected HOST:PORT, :PORT or [IPv6]:PORT, e.g. :9400")
     host = m["v6"] if m["v6"] is not None else (m["host"] or None)
     return host, int(m["port"])
 
@@ -382,6 +414,8 @@ def settings_from(
     """Merge parsed flags with the environment and defaults; validate everything."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    """dest -> the flag or 'environment variable X' the value came from, for error messages."""
     warnings: list[str] = []
     for opt in OPTIONS:
         raw = getattr(ns, opt.dest, None)
@@ -392,7 +426,9 @@ def settings_from(
             raw, source = env[opt.env], f"environment variable {opt.env}"
         if raw is None:
             values[opt.dest] = opt.default
+            origin[opt.dest] = f"{opt.flags[-1]} (default)"
             continue
+        origin[opt.dest] = source
         try:
             values[opt.dest] = parse_bool(raw) if opt.is_bool else opt.parse(raw)
         except ValueError as exc:
@@ -423,27 +459,31 @@ def settings_from(
     interval = values["collect_interval_ms"]
     if interval < MIN_COLLECT_INTERVAL_MS:
         raise ConfigError(
-            f"--collect-interval {interval}: must be at least {MIN_COLLECT_INTERVAL_MS} ms "
-            "(the unit is milliseconds; NVML profiling needs samples >= 100 ms apart)")
-    for dest, flag in (("xid_count_window_ms", "--xid-count-window-size"),
-                       ("clock_events_count_window_ms", "--clock-events-count-window-size")):
-        if values[dest] < 1:
-            raise ConfigError(f"{flag} {values[dest]}: must be a positive number of milliseconds")
+            f"{origin['collect_interval_ms']} {interval}: must be at least "
+            f"{MIN_COLLECT_INTERVAL_MS} ms (the unit is milliseconds; NVML profiling needs samples "
+            ">= 100 ms apart)")
+    if interval > MAX_COLLECT_INTERVAL_MS:
+        raise ConfigError(f"{origin['collect_interval_ms']} {interval}: must be at most "
+                          f"{MAX_COLLECT_INTERVAL_MS} ms (an hour)")
+    for dest in ("xid_count_window_ms", "clock_events_count_window_ms"):
+        if not 1 <= values[dest] <= MAX_WINDOW_MS:
+            raise ConfigError(f"{origin[dest]} {values[dest]}: must be between 1 and "
+                              f"{MAX_WINDOW_MS} milliseconds (a week)")
     if values["hostname_label"] not in ("Hostname", "hostname"):
         raise ConfigError(
-            f"--hostname-label {values['hostname_label']!r}: use Hostname or hostname")
+            f"{origin['hostname_label']} {values['hostname_label']!r}: use Hostname or hostname")
     if values["log_format"] not in ("text", "json"):
-        raise ConfigError(f"--log-format {values['log_format']!r}: use text or json")
+        raise ConfigError(f"{origin['log_format']} {values['log_format']!r}: use text or json")
     if values["kubernetes_gpu_id_type"] not in ("uid", "device-name"):
         raise ConfigError(
-            f"--kubernetes-gpu-id-type {values['kubernetes_gpu_id_type']!r}: use uid or "
+            f"{origin['kubernetes_gpu_id_type']} {values['kubernetes_gpu_id_type']!r}: use uid or "
             "device-name")
     for rx in values["kubernetes_pod_label_allowlist_regex"]:
         try:
             re.compile(rx)
         except re.error as exc:
             raise ConfigError(
-                f"--kubernetes-pod-label-allowlist-regex {rx!r}: not a valid regex: {exc}"
+                f"{origin['kubernetes_pod_label_allowlist_regex']} {rx!r}: not a valid regex: {exc}"
             ) from None
     if not values["cloudwatch_config"]:
         emf_set = [o.flags[-1] for o in OPTIONS if o.dest.startswith("emf_")
@@ -455,7 +495,7 @@ def settings_from(
                           f"interval ({values['collect_interval_ms']} ms)")
     if values["simulate_scenario"] and not values["simulate"]:
         raise ConfigError("--simulate-scenario needs --simulate N")
-    host, port = _parse_address(values["address"])
+    host, port = _parse_address(values["address"], origin["address"])
     node_name = env.get("NODE_NAME", "")
     return Settings(host=host, port=port, node_name=node_name,
                     hostname=node_name or socket.gethostname(),

@@ -38,5 +38,9 @@ class DeviceLostError(BackendError):
         self.reason = reason
 
 
+class ListenError(PodgpuError):
+    """The HTTP port cannot be opened (in use, no permission). Exit status 1."""
+
+
 class AttributionError(PodgpuError):
     """The kubelet, the cgroup tree or the Kubernetes API could not be read."""

@@ -6,9 +6,12 @@ A scrape costs a memory copy: no handler touches the backend, the kubelet or the
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import signal
+import socket
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from importlib import resources
@@ -17,6 +20,8 @@ from typing import Any
 from aiohttp import web
 
 from podgpu import __version__
+from podgpu.errors import ConfigError, ListenError
+from podgpu.http.guard import SERVER_NAME, ConnectionGuard, Limits, quiet_accept_errors
 from podgpu.http.health import health
 from podgpu.http.live import add_live_routes, page_response
 from podgpu.http.publish import Publisher
@@ -40,7 +45,7 @@ def make_app(publisher: Publisher, *, interval: float, backend: str,
         if pub is None:
             return web.Response(status=503, text="no collection has completed yet\n",
                                 headers=_NOSNIFF)
-        headers = {"Content-Type": CONTENT_TYPE, **_NOSNIFF}
+        headers = {"Content-Type": CONTENT_TYPE, "Vary": "Accept-Encoding", **_NOSNIFF}
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             headers["Content-Encoding"] = "gzip"
             return web.Response(body=pub.body_gzip, headers=headers)
@@ -63,6 +68,7 @@ def make_app(publisher: Publisher, *, interval: float, backend: str,
                             headers=_NOSNIFF)
 
     app = web.Application()
+    app.on_response_prepare.append(_server_header)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health_handler)
     app.router.add_get("/health/gpus", health_handler)
@@ -71,23 +77,60 @@ def make_app(publisher: Publisher, *, interval: float, backend: str,
     return app
 
 
-async def serve_until_stopped(app: web.Application, host: str | None, port: int) -> None:
-    """Listen until SIGTERM or SIGINT, then close listeners and finish in-flight requests."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+async def serve_until_stopped(app: web.Application, host: str | None, port: int, *,
+                              limits: Limits | None = None,
+                              ssl_context: ssl.SSLContext | None = None) -> None:
+    """Listen until SIGTERM or SIGINT, then close listeners and finish in-flight requests.
+
+    Connections go through http.guard (request deadline, connection cap, quiet bad requests).
+    Raises ConfigError when `host` cannot be resolved or is not an address of this machine, and
+    ListenError when the port cannot be bound (in use, no permission)."""
+    limits = limits or Limits()
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0,
+                           **limits.handler_kwargs())
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, shutdown_timeout=5.0)
-    await site.start()
-    for addr in _bound(runner):
-        log.info("listening on http://%s/metrics", addr)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    assert runner.server is not None
+    guard = ConnectionGuard(runner.server, limits, loop=loop)
+    quiet_accept_errors(loop, guard.rate_log)
+    try:
+        listener = await loop.create_server(guard, host, port, ssl=ssl_context,
+                                            reuse_address=True, backlog=512)
+    except OSError as exc:
+        await runner.cleanup()
+        raise _listen_error(exc, host, port) from None
+    scheme = "https" if ssl_context is not None else "http"
+    for addr in _bound(listener):
+        log.info("listening on %s://%s/metrics (at most %d connections, %g s per request)",
+                 scheme, addr, guard.cap, limits.request_timeout)
+    stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
         log.info("stopping")
     finally:
+        listener.close()
         await runner.cleanup()
+
+
+def _listen_error(exc: OSError, host: str | None, port: int) -> Exception:
+    """One line for the user: bad input (ConfigError, exit 2) or a runtime failure (exit 1)."""
+    where = f"--address {'[' + host + ']' if host and ':' in host else host or ''}:{port}"
+    if isinstance(exc, socket.gaierror):
+        return ConfigError(f"{where}: cannot resolve host {host!r}: {exc.strerror or exc}")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return ConfigError(f"{where}: {host} is not an address of this machine")
+    if exc.errno == errno.EADDRINUSE:
+        return ListenError(f"{where}: port {port} is already in use (another exporter?)")
+    if exc.errno == errno.EACCES:
+        return ListenError(f"{where}: permission denied (ports below 1024 need privileges)")
+    return ListenError(f"{where}: cannot listen: {exc.strerror or exc}")
+
+
+async def _server_header(_request: web.Request, response: web.StreamResponse) -> None:
+    """Name the product, not the aiohttp and Python versions aiohttp would put there."""
+    response.headers["Server"] = SERVER_NAME
 
 
 def accepts_gzip(accept_encoding: str) -> bool:
@@ -113,11 +156,9 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return star is not None and star > 0
 
 
-def _bound(runner: web.AppRunner) -> list[str]:
+def _bound(listener: asyncio.Server) -> list[str]:
     out = []
-    for srv in runner.sites:
-        server = getattr(srv, "_server", None)
-        for sock in getattr(server, "sockets", None) or []:
-            h, p = sock.getsockname()[:2]
-            out.append(f"[{h}]:{p}" if ":" in h else f"{h}:{p}")
+    for sock in listener.sockets:
+        h, p = sock.getsockname()[:2]
+        out.append(f"[{h}]:{p}" if ":" in h else f"{h}:{p}")
     return out

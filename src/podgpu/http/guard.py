@@ -1,0 +1,287 @@
+"""Connection limits for the HTTP listener: a request deadline, a connection cap that evicts the
+oldest connection that never completed a request, quiet handling of malformed requests, and a
+rate-limited log for the event loop's accept errors (issue 13).
+
+Why: aiohttp 3.x has no deadline on reading a request head, keeps an idle connection for an hour
+by default, logs a traceback per malformed request and echoes the bad request line in the 400
+body. Tried against podgpu, 1,000 connections that stopped partway through their headers stayed
+open; at the file-descriptor limit every scrape failed and asyncio logged "socket.accept() out of
+system resource" thousands of times a second.
+
+The guard is the listener's protocol factory: each connection gets a `GuardedHandler` (aiohttp's
+`RequestHandler` with three hooks) that reports to one `ConnectionGuard`:
+
+- a connection must complete each request (head read, response written) within
+  `request_timeout` of connecting, or of its first byte after the previous response; otherwise it
+  is closed. This covers slowloris heads, slow bodies and clients that do not read the answer.
+- idle keep-alive connections are closed by aiohttp after `keepalive_timeout`.
+- at `max_connections`, the oldest connection that has not yet completed a request is closed to
+  make room (a well-behaved scraper sends its request at once, so it is never the oldest); when
+  every connection has completed one, the one idle longest goes; failing that, the newcomer.
+- the cap stays below the process's file-descriptor limit, so accept() does not run out of
+  descriptors in the first place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONNECTIONS = 2048
+"""Concurrent connections; ~6 KiB of memory each when idle (bench/RESULTS.md "HTTP load")."""
+DEFAULT_REQUEST_TIMEOUT = 15.0
+"""Seconds to read a request head and write the response. /metrics is a memory copy, so only a
+slow or hostile client takes this long."""
+DEFAULT_KEEPALIVE_TIMEOUT = 75.0
+"""Idle seconds before a keep-alive connection is closed: longer than a 60 s scrape interval, so
+Prometheus keeps reusing its connection."""
+FD_RESERVE = 128
+"""Descriptors kept free below RLIMIT_NOFILE for files, the kubelet socket, NVML and logs."""
+MAX_LINE_SIZE = 8190
+MAX_FIELD_SIZE = 8190
+MAX_HEADERS = 64
+LOG_EVERY_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """The listener's limits; the defaults are documented in docs/security-limits.md."""
+
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT
+    max_line_size: int = MAX_LINE_SIZE
+    max_field_size: int = MAX_FIELD_SIZE
+    max_headers: int = MAX_HEADERS
+
+    def handler_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for aiohttp's RequestHandler (and AppRunner)."""
+        return {"keepalive_timeout": self.keepalive_timeout, "max_line_size": self.max_line_size,
+                "max_field_size": self.max_field_size, "max_headers": self.max_headers}
+
+
+def effective_cap(requested: int, nofile_soft: int | None = None) -> int:
+    """`requested`, lowered to stay FD_RESERVE below the soft RLIMIT_NOFILE (at least 16)."""
+    if nofile_soft is None:
+        nofile_soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if nofile_soft == resource.RLIM_INFINITY or nofile_soft <= 0:
+        return requested
+    return max(16, min(requested, nofile_soft - FD_RESERVE))
+
+
+class RateLimitedLog:
+    """Logs a recurring condition at most once per `every` seconds per key, with the count of the
+    occurrences it held back, so an attack cannot fill a disk with log lines."""
+
+    def __init__(self, logger: logging.Logger, every: float = LOG_EVERY_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._log = logger
+        self._every = every
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def __call__(self, key: str, level: int, msg: str, *args: object) -> bool:
+        """Log unless `key` was logged less than `every` seconds ago; True when it logged."""
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self._every:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        held = self._held.pop(key, 0)
+        if len(self._last) > 256:  # bounded key set (STYLE rule 11)
+            self._last.clear()
+        self._last[key] = now
+        suffix = f" ({held} more like this in the last {now - last:.0f} s)" if held and last else ""
+        self._log.log(level, msg + suffix, *args)
+        return True
+
+
+def short(text: object, limit: int = 120) -> str:
+    """A peer-supplied string made safe for one log line: escaped and truncated."""
+    s = ascii(str(text))[1:-1]
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+class ConnectionGuard:
+    """The listener's protocol factory and the book-keeping of every open connection."""
+
+    def __init__(self, manager: web.Server, limits: Limits | None = None, *,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        limits = limits or Limits()
+        self._manager = manager
+        self.limits = limits
+        self.cap = effective_cap(limits.max_connections)
+        self._loop = loop or asyncio.get_running_loop()
+        self._kwargs = limits.handler_kwargs()
+        self._fresh: OrderedDict[GuardedHandler, None] = OrderedDict()  # no request done yet
+        self._idle: OrderedDict[GuardedHandler, None] = OrderedDict()   # between requests
+        self._open: set[GuardedHandler] = set()
+        self.rate_log = RateLimitedLog(log)
+        self.evicted = 0
+        self.timed_out = 0
+        self.refused = 0
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._open)
+
+    def __call__(self) -> GuardedHandler:
+        return GuardedHandler(self._manager, guard=self, loop=self._loop, **self._kwargs)
+
+    # --- events from GuardedHandler
+
+    def opened(self, conn: GuardedHandler) -> None:
+        self._open.add(conn)
+        self._fresh[conn] = None
+        conn.arm(self.limits.request_timeout)
+        if len(self._open) > self.cap:
+            self._make_room(conn)
+
+    def started(self, conn: GuardedHandler) -> None:
+        """First bytes of a new request on a connection that had completed one."""
+        if conn in self._idle:
+            del self._idle[conn]
+            conn.arm(self.limits.request_timeout)
+
+    def completed(self, conn: GuardedHandler) -> None:
+        if conn not in self._open:
+            return
+        self._fresh.pop(conn, None)
+        self._idle.pop(conn, None)
+        self._idle[conn] = None
+        conn.disarm()
+
+    def lost(self, conn: GuardedHandler) -> None:
+        self._open.discard(conn)
+        self._fresh.pop(conn, None)
+        self._idle.pop(conn, None)
+        conn.disarm()
+
+    def expired(self, conn: GuardedHandler) -> None:
+        self.timed_out += 1
+        self.rate_log("timeout", logging.WARNING,
+                      "closed a connection from %s that did not complete a request within %g s",
+                      conn.peer, self.limits.request_timeout)
+        self._drop(conn)
+
+    def _make_room(self, newcomer: GuardedHandler) -> None:
+        victim = next((c for c in self._fresh if c is not newcomer), None)
+        if victim is None:
+            victim = next(iter(self._idle), None)
+        if victim is None:
+            victim = newcomer
+            self.refused += 1
+        else:
+            self.evicted += 1
+        self.rate_log("cap", logging.WARNING,
+                      "connection cap %d reached: closing the oldest connection that has not "
+                      "completed a request (from %s)", self.cap, victim.peer)
+        self._drop(victim)
+
+    def _drop(self, conn: GuardedHandler) -> None:
+        self.lost(conn)
+        conn.abort()
+
+
+class GuardedHandler(web.RequestHandler):
+    """aiohttp's per-connection protocol, reporting to the guard; errors answered without echo
+    or traceback, and without naming the server software."""
+
+    def __init__(self, manager: web.Server, *, guard: ConnectionGuard,
+                 loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
+        super().__init__(manager, loop=loop, **kwargs)
+        self._guard = guard
+        self._deadline: asyncio.TimerHandle | None = None
+        self._between = False
+        self.peer = "?"
+
+    # --- the guard's timer
+
+    def arm(self, seconds: float) -> None:
+        self.disarm()
+        self._between = False
+        self._deadline = self._loop.call_later(seconds, self._guard.expired, self)
+
+    def disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._between = True
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # --- protocol hooks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer = transport.get_extra_info("peername")
+        self.peer = short(peer[0] if isinstance(peer, tuple) and peer else peer, 64)
+        super().connection_made(transport)
+        self._guard.opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._between and data:
+            self._guard.started(self)
+        super().data_received(data)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._guard.lost(self)
+        super().connection_lost(exc)
+
+    async def finish_response(self, request: web.BaseRequest, resp: web.StreamResponse,
+                              start_time: float | None) -> tuple[web.StreamResponse, bool]:
+        out = await super().finish_response(request, resp, start_time)
+        self._guard.completed(self)
+        return out
+
+    # --- malformed requests: one rate-limited line, a body that echoes nothing
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        exc = kw.get("exc_info")
+        if not isinstance(exc, HttpProcessingError):  # a bug of ours: keep the traceback
+            super().log_exception(*args, **kw)
+            return
+        self._guard.rate_log("bad-request", logging.INFO, "bad request from %s: %s: %s",
+                             self.peer, type(exc).__name__, short(exc.message))
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500,
+                     exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "Error"
+        resp = super().handle_error(request, status, exc, f"{status} {phrase}\n")
+        resp.headers["Server"] = SERVER_NAME
+        return resp
+
+
+SERVER_NAME = "podgpu"
+"""The Server header: the product only, never library or Python versions."""
+
+
+def quiet_accept_errors(loop: asyncio.AbstractEventLoop, rate_log: RateLimitedLog) -> None:
+    """Route the event loop's error reports (accept() out of descriptors, above all) through a
+    rate-limited log. asyncio itself pauses accepting for a second after such an error."""
+
+    def handler(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        msg = str(context.get("message", "event loop error"))
+        exc = context.get("exception")
+        detail = f": {type(exc).__name__}: {short(exc)}" if exc is not None else ""
+        rate_log(f"loop:{msg[:80]}", logging.ERROR, "%s%s", short(msg), detail)
+
+    loop.set_exception_handler(handler)

@@ -1,0 +1,158 @@
+"""Issue 8 item 1: the image recipe. No container daemon exists here, so the Dockerfile is linted
+by hadolint and its promises are checked one by one: pinned hashed dependencies that match
+pyproject.toml, a non-root final stage without compilers, dcgm-exporter's metric-list paths, and
+a site-packages pruning that leaves what podgpu loads working."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+from packaging.requirements import Requirement
+
+from podgpu.fields.metriclist import load_metric_list
+from tests.deploy.contract import IMAGE_FILES
+from tests.deploy.render import ROOT, tool
+from tests.deploy.standins import DUMMY_AWS, LogsStandIn, environ_without_aws
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+LOCK = ROOT / "requirements.lock"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE)
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def final_stage() -> list[tuple[str, str]]:
+    ins = instructions()
+    last = max(i for i, (w, _) in enumerate(ins) if w == "FROM")
+    return ins[last:]
+
+
+def test_hadolint_passes() -> None:
+    out = subprocess.run([tool("hadolint"), str(ROOT / "Dockerfile")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_final_stage_is_slim_non_root_and_runs_podgpu() -> None:
+    ins = instructions()
+    assert sum(w == "FROM" for w, _ in ins) == 2  # multi-stage
+    base = dict(a.split("=", 1) for w, a in ins if w == "ARG" and "=" in a)["PYTHON_IMAGE"]
+    assert re.fullmatch(r"python:3\.\d+-slim(-\w+)?", base), base
+    final = final_stage()
+    (user,) = [a for w, a in final if w == "USER"]
+    uid = int(user.split(":")[0])
+    assert uid >= 10000, "numeric non-root UID (runAsNonRoot can verify only numbers)"
+    (entry,) = [a for w, a in final if w == "ENTRYPOINT"]
+    assert json.loads(entry) == ["podgpu"]  # the DaemonSet's args start with `serve`
+    runs = " ".join(a for w, a in final if w == "RUN")
+    for compiler_ish in ("apt-get", "gcc", "build-essential", "pip install"):
+        assert compiler_ish not in runs
+
+
+def test_metric_lists_are_where_dcgm_exporter_charts_look() -> None:
+    final = final_stage()
+    copies = [a for w, a in final if w == "COPY" and "/etc/dcgm-exporter/" in a]
+    (copy,) = copies
+    *sources, dest = copy.split()
+    assert dest == "/etc/dcgm-exporter/"
+    assert {"/etc/dcgm-exporter/" + Path(s).name: ROOT / s for s in sources} == IMAGE_FILES
+    default = load_metric_list(str(IMAGE_FILES["/etc/dcgm-exporter/default-counters.csv"]))
+    dcp = load_metric_list(str(IMAGE_FILES["/etc/dcgm-exporter/dcp-metrics-included.csv"]))
+    # dcgm-exporter 4.x: the two lists have the same active rows (profiling included).
+    def rows(m: object) -> list[tuple[str, str, str]]:
+        return [(r.field.name, r.prom_type, r.help) for r in (*m.metrics, *m.labels)]  # type: ignore[attr-defined]
+
+    assert rows(dcp) == rows(default)
+    assert any(r.field.name.startswith("DCGM_FI_PROF_") for r in dcp.metrics)
+
+
+def test_dependencies_are_pinned_with_hashes_and_match_pyproject() -> None:
+    assert "--require-hashes" in DOCKERFILE and "requirements.lock" in DOCKERFILE
+    pins: dict[str, str] = {}
+    current = ""
+    for line in LOCK.read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith(" "):
+            assert re.fullmatch(r"\s+--hash=sha256:[0-9a-f]{64}( \\)?", line), line
+            assert current, line
+            continue
+        name, version = line.rstrip(" \\").split("==")
+        pins[name] = version
+        current = name
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in ("kubernetes", "cloudwatch"):
+        wanted += project["optional-dependencies"][extra]
+    for spec in wanted:
+        req = Requirement(spec)
+        name = req.name.lower().replace("_", "-")
+        assert name in pins, f"{name} is not in requirements.lock: run scripts/lock"
+        assert req.specifier.contains(pins[name]), f"{name}=={pins[name]} violates {spec}: run scripts/lock"
+
+
+def test_dockerignore_lets_in_exactly_what_the_dockerfile_copies() -> None:
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    copied = set()
+    for word, args in instructions():
+        if word == "COPY" and not args.startswith("--from"):
+            copied.update(p.rstrip("/").removeprefix("./") for p in args.split()[:-1])
+    assert copied == allowed - {"Dockerfile"}
+
+
+def test_pruned_site_packages_still_do_what_podgpu_needs(tmp_path: Path) -> None:
+    """Run the Dockerfile's prune script on copies of botocore, boto3 and kubernetes, then use
+    them from a fresh interpreter: boto3's Logs client puts an event into the Logs stand-in, an
+    STS client (IRSA) loads, and the kubernetes client's CoreV1Api and watch import."""
+    import boto3
+    import botocore
+    import kubernetes
+
+    site = tmp_path / "site-packages"
+    for mod in (botocore, boto3, kubernetes):
+        src = Path(mod.__file__).parent  # type: ignore[arg-type]
+        shutil.copytree(src, site / src.name, ignore=shutil.ignore_patterns("__pycache__"))
+    before = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
+    subprocess.run(["sh", str(ROOT / "deploy/image/prune-site-packages.sh"), str(site)],
+                   check=True, timeout=60)
+    after = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
+    assert after < before * 0.6, (before, after)
+    assert not (site / "kubernetes" / "aio").exists()
+    logs = LogsStandIn().start()
+    try:
+        code = f"""
+import botocore, kubernetes, boto3
+assert botocore.__file__.startswith({str(site)!r}), botocore.__file__
+s = boto3.session.Session(region_name="us-east-1")
+c = s.client("logs", endpoint_url={logs.url!r})
+c.put_log_events(logGroupName="g", logStreamName="s", logEvents=[{{"timestamp": 1, "message": "pruned-ok"}}])
+s.client("sts")
+from kubernetes import client, watch
+client.CoreV1Api
+watch.watch.iter_resp_lines
+"""
+        env = {**environ_without_aws(), **DUMMY_AWS, "PYTHONPATH": str(site)}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, env=env, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert logs.messages == ["pruned-ok"]
+    finally:
+        logs.stop()
+    assert os.path.getsize(LOCK) > 0
