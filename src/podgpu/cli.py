@@ -12,7 +12,7 @@ import asyncio
 import importlib
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from podgpu import __version__, cwcommands, logs
@@ -26,6 +26,7 @@ from podgpu.fields.metriclist import MetricList, load_default, load_metric_list,
 
 if TYPE_CHECKING:
     from podgpu.backends.scenario import Scenario
+    from podgpu.http.websecurity import WebSecurity
     from podgpu.model import Snapshot
     from podgpu.sinks.cloudwatch import EmfSink
     from podgpu.sinks.prometheus.labels import LabelOptions
@@ -185,6 +186,16 @@ def make_attributor(settings: Settings, scenario: Scenario | None) -> Attributor
     )
 
 
+def make_web_security(settings: Settings) -> WebSecurity | None:
+    """The --web-config-file, read and checked now with every certificate it names, so a bad
+    file is exit 2 before anything starts; None without one."""
+    if not settings.web_config_file:
+        return None
+    from podgpu.http.websecurity import WebSecurity
+
+    return WebSecurity(settings.web_config_file)
+
+
 def make_emf_sink(settings: Settings, metrics: MetricList, label_opts: LabelOptions) -> EmfSink:
     """The CloudWatch EMF sink from --cloudwatch-config and the --emf-* flags (ConfigError on bad
     input, before anything starts)."""
@@ -233,11 +244,13 @@ def cmd_serve(settings: Settings) -> int:
     from podgpu.http.guard import Limits
     from podgpu.http.publish import Publisher
     from podgpu.http.server import make_app, serve_until_stopped
+    from podgpu.reload import MetricListSwitch, hold_sighup, install_sighup
     from podgpu.sinks.live import LiveRenderer, ViewOptions
     from podgpu.sinks.prometheus import RenderOptions, render
     from podgpu.sinks.prometheus.labels import LabelOptions
 
     logs.configure(debug=settings.debug, fmt=settings.log_format)
+    hold_sighup()  # from here on SIGHUP reloads or is ignored; it never kills podgpu
     for w in settings.warnings:
         log.warning("%s", w)
     metrics = load_metrics(settings)
@@ -255,6 +268,7 @@ def cmd_serve(settings: Settings) -> int:
         pod_labels=settings.kubernetes_enable_pod_labels,
         old_namespace=settings.use_old_namespace,
     )
+    security = make_web_security(settings)
     emf = make_emf_sink(settings, metrics, label_opts) if settings.cloudwatch_config else None
     scenario = make_scenario(settings)
     backend = make_backend(settings, scenario)
@@ -280,8 +294,11 @@ def cmd_serve(settings: Settings) -> int:
                  ("driver_version", info.get("driver_version", "")),
                  ("python_version", sys.version.split()[0]))
 
+        lists = MetricListSwitch(metrics, (lambda: load_metrics(settings))
+                                 if settings.collectors is not None else None)
+
         def render_snapshot(snapshot, timings):  # type: ignore[no-untyped-def]
-            body = render(snapshot, metrics, RenderOptions(label_opts, build, timings))
+            body = render(snapshot, lists.current, RenderOptions(label_opts, build, timings))
             return body + emf.render_metrics().encode() if emf is not None else body
 
         publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
@@ -292,6 +309,7 @@ def cmd_serve(settings: Settings) -> int:
             if emf is not None:
                 emf.offer(snapshot)  # appends to the open window; sending is on its own thread
             publisher.publish(snapshot, seconds)
+            lists.apply(collector)  # a list reloaded on SIGHUP takes over between cycles
 
         collector = Collector(backend, metrics.fields, attributor=attributor,
                               want_processes=attributor is not None)
@@ -300,12 +318,23 @@ def cmd_serve(settings: Settings) -> int:
             emf.start()
         loop.run_once()  # the first /metrics is valid as soon as the port accepts
         loop.start()
+        sinks: dict[str, Callable[[], dict[str, Any]]] = {}
+        if emf is not None:
+            sinks["emf"] = emf.health
+        if security is not None:
+            sinks["web_config"] = security.health
         app = make_app(publisher, interval=settings.collect_interval, backend=backend.name,
-                       sinks={"emf": emf.health} if emf is not None else None)
+                       sinks=sinks or None)
+        if security is not None:
+            security.install(app)  # every route: basic auth, headers, SANs, rate limit
+        install_sighup(app, lists.request,
+                       *([security.request_reload] if security is not None else []))
         try:
             limits = Limits(max_connections=settings.http_max_connections,
                             request_timeout=settings.http_request_timeout)
-            asyncio.run(serve_until_stopped(app, settings.host, settings.port, limits=limits))
+            asyncio.run(serve_until_stopped(
+                app, settings.host, settings.port, limits=limits,
+                ssl_context=security.ssl_context if security is not None else None))
         finally:
             loop.stop()
             if emf is not None:

@@ -80,6 +80,8 @@ class Settings:
     """-d: which GPUs / MIG GPU instances get series (model/selection.py)."""
     kubernetes_enable_dra: bool = False
     """Attribute GPUs allocated through DRA (driver gpu.nvidia.com) like device-plugin GPUs."""
+    web_config_file: str | None = None
+    """exporter-toolkit web config (TLS, client certificates, basic auth): docs/security.md"""
     # CloudWatch EMF sink (docs/cloudwatch.md); off unless cloudwatch_config is set
     cloudwatch_config: str | None = None
     emf_destination: str = "cloudwatch"
@@ -278,6 +280,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--kubernetes-enable-dra",), "kubernetes_enable_dra", "KUBERNETES_ENABLE_DRA", False,
            "attribute GPUs allocated through Kubernetes DRA (driver gpu.nvidia.com)", parse_bool,
            True),
+    Option(("--web-config-file",), "web_config_file", "DCGM_EXPORTER_WEB_CONFIG_FILE", None,
+           "exporter-toolkit web config: TLS, client certificates, bcrypt basic auth, response "
+           "headers; followed while running (docs/security.md)", metavar="FILE"),
     # --- CloudWatch EMF sink (docs/cloudwatch.md)
     Option(("--cloudwatch-config",), "cloudwatch_config", "PODGPU_CLOUDWATCH_CONFIG", None,
            "send EMF to CloudWatch using this CloudWatch agent config (its emf_processor "
@@ -368,7 +373,7 @@ REFUSED: Mapping[tuple[str, ...], tuple[str, str, bool]] = {
     ("--fake-gpus",): ("DCGM_EXPORTER_USE_FAKE_GPUS", "use --simulate N instead", True),
 }
 # Values of refused options that mean "off", so they are accepted silently.
-_OFF_VALUES = {"--configmap-data": {"none", ""}, "--devices": {"f", ""}, "--web-config-file": {""},
+_OFF_VALUES = {"--configmap-data": {"none", ""}, "--devices": {"f", ""},
                "--hpc-job-mapping-dir": {""}}
 
 
