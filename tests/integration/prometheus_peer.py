@@ -32,16 +32,20 @@ def ensure_installed() -> str:
 
 
 class Prometheus:
-    def __init__(self, workdir: Path, targets: list[str], interval: str = "1s") -> None:
+    def __init__(self, workdir: Path, targets: list[str], interval: str = "1s", *,
+                 scrape_configs: str | None = None) -> None:
+        """`scrape_configs`: YAML list items replacing the default gpu-metrics job (e.g. jobs with
+        `scheme: https`, `tls_config` and `basic_auth`)."""
         self.binary = ensure_installed()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
+        jobs = scrape_configs or (
+            "  - job_name: gpu-metrics\n"
+            f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n")
         config.write_text(
             f"global: {{scrape_interval: {interval}, scrape_timeout: {interval}}}\n"
-            "scrape_configs:\n"
-            "  - job_name: gpu-metrics\n"
-            f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
+            "scrape_configs:\n" + jobs
         )
         self.proc = subprocess.Popen(
             [self.binary, f"--config.file={config}", f"--web.listen-address=127.0.0.1:{self.port}",
