@@ -362,10 +362,6 @@ REFUSED: Mapping[tuple[str, ...], tuple[str, str, bool]] = {
         "DCGM_EXPORTER_CONFIGMAP_DATA",
         "reading the metric list from a ConfigMap is not supported; mount it and pass -f FILE",
         False),
-    ("--web-config-file",): (
-        "DCGM_EXPORTER_WEB_CONFIG_FILE",
-        "TLS and basic auth are not implemented yet; ignoring them would serve metrics in clear "
-        "text without authentication", False),
     ("--web-systemd-socket",): (
         "DCGM_EXPORTER_SYSTEMD_SOCKET", "systemd socket activation is not supported", True),
     ("--hpc-job-mapping-dir",): (
