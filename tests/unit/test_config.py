@@ -84,8 +84,6 @@ def test_bad_values_name_the_flag_or_variable(argv: list[str], env: dict[str, st
 @pytest.mark.parametrize(
     ("argv", "env", "needle"),
     [
-        (["--web-config-file", "web.yml"], {}, "--web-config-file"),
-        ([], {"DCGM_EXPORTER_WEB_CONFIG_FILE": "web.yml"}, "DCGM_EXPORTER_WEB_CONFIG_FILE"),
         (["-m", "ns:cm"], {}, "mount it and pass -f"),
         (["--fake-gpus"], {}, "use --simulate"),
     ],
@@ -95,6 +93,15 @@ def test_unsupported_dcgm_exporter_options_that_matter_are_refused(
     with pytest.raises(ConfigError) as exc:
         parse_serve_args(argv, env)
     assert needle in str(exc.value)
+
+
+def test_web_config_file_flag_and_environment_variable() -> None:
+    assert parse_serve_args([], {}).web_config_file is None
+    assert parse_serve_args(["--web-config-file", "a.yml"], {}).web_config_file == "a.yml"
+    env = {"DCGM_EXPORTER_WEB_CONFIG_FILE": "b.yml"}
+    assert parse_serve_args([], env).web_config_file == "b.yml"
+    assert parse_serve_args(["--web-config-file", "a.yml"], env).web_config_file == "a.yml"
+    assert parse_serve_args([], {"DCGM_EXPORTER_WEB_CONFIG_FILE": ""}).web_config_file is None
 
 
 def test_issue9_options_old_namespace_devices_dra() -> None:
