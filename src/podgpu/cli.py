@@ -19,7 +19,7 @@ from podgpu import __version__, cwcommands, logs
 from podgpu.attribution.attributor import build_attributor
 from podgpu.attribution.base import Attributor
 from podgpu.backends.base import Backend
-from podgpu.config import Settings, add_serve_arguments, settings_from
+from podgpu.config import IGNORED, OPTIONS, REFUSED, Settings, add_serve_arguments, settings_from
 from podgpu.errors import BackendError, ConfigError, ListenError
 from podgpu.fields.catalog import CATALOG
 from podgpu.fields.metriclist import MetricList, load_default, load_metric_list, parse_metric_list
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser("serve", help="collect GPU metrics and serve /metrics (default)")
     add_serve_arguments(serve)
+    serve.add_argument("-v", "--version", action="version", version=f"podgpu {__version__}")
     fields = sub.add_parser("fields", help="list every DCGM field podgpu can export")
     fields.add_argument("--format", choices=("table", "csv"), default="table",
                         help="table: human-readable; csv: a metric list enabling every field")
@@ -58,6 +59,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def go_style_flags(args: Sequence[str]) -> list[str]:
+    """`-collectors FILE` -> `--collectors FILE`: dcgm-exporter's Go flag parser takes long flags
+    with one dash, and DaemonSets written for it do (issue 9). Short flags (`-f`, `-rbmn`) stay."""
+    known = {f for opt in OPTIONS for f in opt.flags}
+    known |= {f for table in (IGNORED, REFUSED) for flags in table for f in flags}
+    known |= {"-h", "--help", "-v", "--version"}
+    out = []
+    for a in args:
+        name, eq, value = a.partition("=")
+        if (len(name) > 2 and name[0] == "-" and name[1] != "-" and name not in known
+                and "-" + name in known):
+            a = "-" + name + eq + value
+        out.append(a)
+    return out
+
+
 def burn_module() -> Any:
     """podgpu.burn, imported lazily: it is only needed by `podgpu burn`."""
     return importlib.import_module("podgpu.burn")
@@ -68,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_list or (args_list[0].startswith("-")
                          and args_list[0] not in ("-h", "--help", "-v", "--version")):
         args_list.insert(0, "serve")  # dcgm-exporter style: flags only
+    if args_list[0] == "serve":
+        args_list[1:] = go_style_flags(args_list[1:])
     if args_list[0] in cwcommands.COMMANDS:
         return cwcommands.run(args_list[0], args_list[1:])
     if args_list[0] == "burn":
