@@ -20,7 +20,7 @@ from podgpu.attribution.attributor import build_attributor
 from podgpu.attribution.base import Attributor
 from podgpu.backends.base import Backend
 from podgpu.config import IGNORED, OPTIONS, REFUSED, Settings, add_serve_arguments, settings_from
-from podgpu.errors import BackendError, ConfigError, ListenError
+from podgpu.errors import AttributionError, BackendError, ConfigError, ListenError
 from podgpu.fields.catalog import CATALOG
 from podgpu.fields.metriclist import MetricList, load_default, load_metric_list, parse_metric_list
 
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"podgpu: {exc}", file=sys.stderr)
         return 2
-    except (BackendError, ListenError) as exc:
+    except (BackendError, ListenError, AttributionError) as exc:
         print(f"podgpu: {exc}", file=sys.stderr)
         return 1
 
@@ -139,7 +139,15 @@ def cmd_fields(fmt: str) -> int:
     return 0
 
 
-def load_metrics(settings: Settings) -> MetricList:
+def load_metrics(settings: Settings, kube_configuration: Any = None) -> MetricList:
+    """-m (a ConfigMap through the Kubernetes API) wins over -f, as in dcgm-exporter; else -f;
+    else the embedded default. `kube_configuration` is for tests (None: in-cluster)."""
+    if settings.configmap_data is not None:
+        from podgpu.attribution.podwatch import read_configmap
+
+        ns, name = settings.configmap_data
+        text = read_configmap(ns, name, configuration=kube_configuration)
+        return parse_metric_list(text, f"configmap {ns}/{name} (key metrics)")
     if settings.collectors is None:
         return load_default()
     return load_metric_list(settings.collectors)

@@ -80,6 +80,8 @@ class Settings:
     """-d: which GPUs / MIG GPU instances get series (model/selection.py)."""
     kubernetes_enable_dra: bool = False
     """Attribute GPUs allocated through DRA (driver gpu.nvidia.com) like device-plugin GPUs."""
+    configmap_data: tuple[str, str] | None = None
+    """-m: (namespace, name) of a ConfigMap whose `metrics` key holds the metric list."""
     web_config_file: str | None = None
     """exporter-toolkit web config (TLS, client certificates, basic auth): docs/security.md"""
     # CloudWatch EMF sink (docs/cloudwatch.md); off unless cloudwatch_config is set
@@ -156,6 +158,17 @@ def _request_timeout(text: str) -> float:
     if not 1.0 <= value <= 600.0:  # also refuses nan
         raise ValueError(f"must be between 1 and 600 seconds, got {text!r}")
     return value
+
+
+def _configmap(text: str) -> tuple[str, str] | None:
+    """`NAMESPACE:NAME` (dcgm-exporter's --configmap-data); 'none' or '' means not set."""
+    t = text.strip()
+    if t.lower() in ("", "none"):
+        return None
+    ns, sep, name = t.partition(":")
+    if not sep or not ns or not name or ":" in name:
+        raise ValueError(f"expected NAMESPACE:NAME or none, got {text!r}")
+    return ns, name
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -280,6 +293,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--kubernetes-enable-dra",), "kubernetes_enable_dra", "KUBERNETES_ENABLE_DRA", False,
            "attribute GPUs allocated through Kubernetes DRA (driver gpu.nvidia.com)", parse_bool,
            True),
+    Option(("-m", "--configmap-data"), "configmap_data", "DCGM_EXPORTER_CONFIGMAP_DATA", None,
+           "read the metric list from the 'metrics' key of ConfigMap NAMESPACE:NAME through the "
+           "Kubernetes API (needs get on it); 'none' uses --collectors", _configmap,
+           metavar="NS:NAME"),
     Option(("--web-config-file",), "web_config_file", "DCGM_EXPORTER_WEB_CONFIG_FILE", None,
            "exporter-toolkit web config: TLS, client certificates, bcrypt basic auth, response "
            "headers; followed while running (docs/security.md)", metavar="FILE"),
@@ -358,10 +375,6 @@ IGNORED: Mapping[tuple[str, ...], tuple[str, str, bool]] = {
 
 # Refused: ignoring these would change what is exported, or who may read it, without notice.
 REFUSED: Mapping[tuple[str, ...], tuple[str, str, bool]] = {
-    ("-m", "--configmap-data"): (
-        "DCGM_EXPORTER_CONFIGMAP_DATA",
-        "reading the metric list from a ConfigMap is not supported; mount it and pass -f FILE",
-        False),
     ("--web-systemd-socket",): (
         "DCGM_EXPORTER_SYSTEMD_SOCKET", "systemd socket activation is not supported", True),
     ("--hpc-job-mapping-dir",): (

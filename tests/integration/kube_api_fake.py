@@ -1,6 +1,7 @@
 """A local HTTP stand-in for the Kubernetes pod list/watch API (GET /api/v1/pods), enough for
 the `kubernetes` client: list with a field selector, watch from a resourceVersion with streamed
-JSON events, 410 Gone for a too-old version, injected HTTP errors. Records every request."""
+JSON events, 410 Gone for a too-old version, injected HTTP errors; and GET of single ConfigMaps
+(the metric list of `-m NAMESPACE:NAME`). Records every request."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ class FakeKubeApi:
         self.rv = 100
         self.requests: list[dict[str, list[str]]] = []
         self.fail_status: int | None = None
+        self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
+        """(namespace, name) -> data, served at /api/v1/namespaces/NS/configmaps/NAME."""
         self.events: list[tuple[int, dict[str, Any]]] = []
         """Every change with its resourceVersion: a watch from version V replays those after V."""
         self._watchers: list[queue.Queue[dict[str, Any] | None]] = []
@@ -99,6 +102,11 @@ class FakeKubeApi:
                 url = urlparse(self.path)
                 qs = parse_qs(url.query)
                 api.requests.append({"path": [url.path], **qs})
+                parts = url.path.strip("/").split("/")
+                if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 \
+                        and parts[4] == "configmaps":
+                    self._configmap(parts[3], parts[5])
+                    return
                 if url.path != "/api/v1/pods":
                     self._json(404, {"kind": "Status", "code": 404})
                     return
@@ -116,6 +124,22 @@ class FakeKubeApi:
                     body = {"kind": "PodList", "apiVersion": "v1",
                             "metadata": {"resourceVersion": str(api.rv)}, "items": items}
                 self._json(200, body)
+
+            def _configmap(self, ns: str, name: str) -> None:
+                """GET one ConfigMap (issue 9: `-m NAMESPACE:NAME`); 403 when `forbidden`."""
+                if api.fail_status is not None:
+                    self._json(api.fail_status, {"kind": "Status", "code": api.fail_status,
+                                                 "message": "injected"})
+                    return
+                with api.lock:
+                    data = api.configmaps.get((ns, name))
+                if data is None:
+                    self._json(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                     "reason": "NotFound", "code": 404,
+                                     "message": f'configmaps "{name}" not found'})
+                    return
+                self._json(200, {"kind": "ConfigMap", "apiVersion": "v1",
+                                 "metadata": {"namespace": ns, "name": name}, "data": data})
 
             def _json(self, code: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()

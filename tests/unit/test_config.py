@@ -84,7 +84,6 @@ def test_bad_values_name_the_flag_or_variable(argv: list[str], env: dict[str, st
 @pytest.mark.parametrize(
     ("argv", "env", "needle"),
     [
-        (["-m", "ns:cm"], {}, "mount it and pass -f"),
         (["--fake-gpus"], {}, "use --simulate"),
     ],
 )

@@ -304,3 +304,48 @@ def _describe(exc: Exception) -> str:
     if isinstance(status, int) and status:
         return f"HTTP {status}: {getattr(exc, 'reason', '')}"
     return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def read_configmap(namespace: str, name: str, key: str = "metrics", *,
+                   configuration: Any = None) -> str:
+    """The text under `key` of ConfigMap NAMESPACE/NAME (dcgm-exporter's `-m`, issue 9).
+
+    Here because this module is podgpu's one Kubernetes API client (STYLE rule 3). RBAC: `get` on
+    that ConfigMap (a Role in its namespace is enough). A missing ConfigMap, key or content is the
+    user's input: ConfigError (exit 2). No API access at all is AttributionError (exit 1), as
+    dcgm-exporter also stops rather than fall back to a file once `-m` is set.
+    """
+    from podgpu.errors import AttributionError, ConfigError
+
+    where = f"--configmap-data {namespace}:{name}"
+    try:
+        client = importlib.import_module("kubernetes.client")
+        cfg = configuration
+        if cfg is None:
+            config = importlib.import_module("kubernetes.config")
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+        cfg.retries = 1
+        api = client.CoreV1Api(client.ApiClient(cfg))
+        resp = api.read_namespaced_config_map(name, namespace, _preload_content=False,
+                                              _request_timeout=(10, 30))
+        body = json.loads(resp.data)
+    except ImportError as exc:
+        raise AttributionError(f"{where}: the kubernetes package is not installed: {exc}") from None
+    except Exception as exc:
+        status = getattr(exc, "status", None)
+        if status == 404:
+            raise ConfigError(f"{where}: ConfigMap {name!r} not found in namespace "
+                              f"{namespace!r}") from None
+        if status == 403:
+            raise AttributionError(f"{where}: 403 Forbidden: the service account needs get on "
+                                   f"configmaps in {namespace!r}") from None
+        raise AttributionError(f"{where}: cannot read it: {_describe(exc)}") from None
+    data = body.get("data") or {}
+    if key not in data:
+        keys = ", ".join(sorted(data)) or "none"
+        raise ConfigError(f"{where}: the ConfigMap has no {key!r} key (keys: {keys})")
+    text = str(data[key])
+    if not text.strip():
+        raise ConfigError(f"{where}: the {key!r} key is empty")
+    return text

@@ -1,0 +1,66 @@
+"""`-m NAMESPACE:NAME`: the metric list from a ConfigMap through the Kubernetes API, against the
+pod API stand-in (issue 9 item 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client as k8s
+
+from podgpu.cli import load_metrics
+from podgpu.config import parse_serve_args
+from podgpu.errors import AttributionError, ConfigError
+from tests.integration.kube_api_fake import FakeKubeApi
+
+LIST = "# from a ConfigMap\nDCGM_FI_DEV_GPU_UTIL, gauge, util\ndcgm_fb_used, gauge, fb\n"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeApi]:
+    a = FakeKubeApi().start()
+    a.configmaps[("gpu-operator", "exporter-metrics")] = {"metrics": LIST, "other": "x"}
+    a.configmaps[("gpu-operator", "wrong-key")] = {"dcgm-metrics.csv": LIST}
+    yield a
+    a.stop()
+
+
+def cfg(api: FakeKubeApi) -> k8s.Configuration:
+    return k8s.Configuration(host=api.url)
+
+
+def test_list_comes_from_the_configmap_and_wins_over_f(api: FakeKubeApi) -> None:
+    s = parse_serve_args(["-m", "gpu-operator:exporter-metrics", "-f", "/nonexistent.csv"], {})
+    ml = load_metrics(s, cfg(api))
+    assert [r.out for r in ml.metrics] == ["DCGM_FI_DEV_GPU_UTIL", "dcgm_fb_used"]
+    assert ml.path == "configmap gpu-operator/exporter-metrics (key metrics)"
+    assert any(r["path"] == ["/api/v1/namespaces/gpu-operator/configmaps/exporter-metrics"]
+               for r in api.requests)
+
+
+def test_env_spelling_and_none() -> None:
+    s = parse_serve_args([], {"DCGM_EXPORTER_CONFIGMAP_DATA": "ns:cm"})
+    assert s.configmap_data == ("ns", "cm")
+    assert parse_serve_args(["-m", "none"], {}).configmap_data is None
+
+
+@pytest.mark.parametrize("value", ["justname", ":cm", "ns:", "a:b:c"])
+def test_malformed_value_is_a_one_line_config_error(value: str) -> None:
+    with pytest.raises(ConfigError, match="^--configmap-data: expected NAMESPACE:NAME"):
+        parse_serve_args(["-m", value], {})
+
+
+def test_missing_configmap_or_key_is_a_config_error(api: FakeKubeApi) -> None:
+    with pytest.raises(ConfigError, match="ConfigMap 'absent' not found in namespace 'ns'"):
+        load_metrics(parse_serve_args(["-m", "ns:absent"], {}), cfg(api))
+    with pytest.raises(ConfigError, match=r"has no 'metrics' key \(keys: dcgm-metrics.csv\)"):
+        load_metrics(parse_serve_args(["-m", "gpu-operator:wrong-key"], {}), cfg(api))
+
+
+def test_forbidden_or_unreachable_api_is_a_runtime_error(api: FakeKubeApi) -> None:
+    api.fail_status = 403
+    with pytest.raises(AttributionError, match="needs get on configmaps"):
+        load_metrics(parse_serve_args(["-m", "gpu-operator:exporter-metrics"], {}), cfg(api))
+    with pytest.raises(AttributionError, match="cannot read it"):
+        load_metrics(parse_serve_args(["-m", "a:b"], {}),
+                     k8s.Configuration(host="http://127.0.0.1:9"))
