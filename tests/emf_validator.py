@@ -5,6 +5,10 @@
 Metric values may be a number, an array of at most 100 numbers, or the value-distribution object
 the CloudWatch agent's awsemf exporter writes (`Values`, `Counts`, `Max`, `Min`, `Count`, `Sum`).
 A JSON object without `_aws` is a plain log event: valid, and extracts nothing.
+
+Beyond the letter of §4, two checks catch encoder bugs the service would accept silently: a
+Timestamp below 10^12 (before September 2001 in ms, so almost surely seconds) is refused, and a
+distribution's Min..Max must hold every value (the brief's rule for the agent's value arrays).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ UNITS = frozenset((
     "Terabits/Second", "Count/Second", "None",
 ))
 MAX_EVENT_BYTES = 1_048_576
+MAX_DIMENSION_KEY = 250  # the schema's limit on a reference
+MIN_TIMESTAMP_MS = 10**12
 
 
 class EmfError(ValueError):
@@ -38,6 +44,8 @@ class Extracted:
     values: tuple[float, ...]
     """Every sample: a distribution expanded by its counts."""
     storage_resolution: int
+    stats: tuple[float, float, float, float] | None = None
+    """A distribution's declared (Min, Max, Sum, Count): what CloudWatch's statistics use."""
 
 
 def _number(x: Any) -> bool:
@@ -61,13 +69,14 @@ def _check_value(name: str, v: Any) -> list[float]:
             raise EmfError(f"{name}: Values and Counts are lists of the same length, 1 to 100")
         if not all(_number(x) for x in [*values, v["Max"], v["Min"], v["Sum"]]):
             raise EmfError(f"{name}: distribution numbers must be finite")
-        if not all(isinstance(c, int) and c > 0 for c in counts) or v["Count"] != sum(counts):
-            raise EmfError(f"{name}: Counts are positive integers summing to Count")
-        if not all(v["Min"] <= x <= v["Max"] for x in values):
+        if not all(_number(c) and c > 0 for c in counts) or not _number(v["Count"]) or \
+                not math.isclose(v["Count"], sum(counts)):
+            raise EmfError(f"{name}: Counts are positive numbers summing to Count")
+        if not v["Min"] <= v["Max"] or not all(v["Min"] <= x <= v["Max"] for x in values):
             raise EmfError(f"{name}: every value lies within Min..Max")
         out: list[float] = []
         for x, c in zip(values, counts, strict=True):
-            out.extend([float(x)] * c)
+            out.extend([float(x)] * round(c))  # whole counts in every document seen so far
         return out
     raise EmfError(f"{name}: a metric value is a number, a number array or a distribution")
 
@@ -86,9 +95,11 @@ def validate(text: str) -> dict[str, Any]:
         return doc  # a plain log event
     if not isinstance(aws, dict):
         raise EmfError("_aws must be an object")
-    ts = aws.get("Timestamp")
-    if not isinstance(ts, int) or isinstance(ts, bool) or ts <= 0:
-        raise EmfError("_aws.Timestamp must be a positive integer of milliseconds")
+    ts: Any = aws.get("Timestamp")
+    if not _number(ts):
+        raise EmfError("_aws.Timestamp must be a number of milliseconds since the epoch")
+    if ts < MIN_TIMESTAMP_MS:
+        raise EmfError(f"_aws.Timestamp {ts} is before 2001 in milliseconds: seconds sent?")
     directives = aws.get("CloudWatchMetrics")
     if not isinstance(directives, list):
         raise EmfError("_aws.CloudWatchMetrics must be a list")
@@ -106,9 +117,11 @@ def validate(text: str) -> dict[str, Any]:
             if not isinstance(dset, list) or len(dset) > 30:
                 raise EmfError(f"{where}.Dimensions[{j}] must be a list of at most 30 keys")
             for key in dset:
+                if not isinstance(key, str) or not 1 <= len(key) <= MAX_DIMENSION_KEY:
+                    raise EmfError(f"{where}.Dimensions[{j}]: {key!r}: a dimension key is a "
+                                   f"string of 1 to {MAX_DIMENSION_KEY} characters")
                 val = doc.get(key)
-                if not isinstance(key, str) or not isinstance(val, str) or \
-                        not 1 <= len(val) <= 1024:
+                if not isinstance(val, str) or not 1 <= len(val) <= 1024:
                     raise EmfError(f"{where}.Dimensions[{j}]: {key!r} must name a root member "
                                    "holding a string of 1 to 1024 characters")
         metrics = d.get("Metrics")
@@ -116,11 +129,13 @@ def validate(text: str) -> dict[str, Any]:
             raise EmfError(f"{where}.Metrics must be a list of at most 100 definitions")
         for m in metrics:
             name = m.get("Name") if isinstance(m, dict) else None
-            if not isinstance(name, str) or name not in doc:
+            if not isinstance(name, str) or not name or name not in doc:
                 raise EmfError(f"{where}: metric {name!r} must name a root member")
-            if m.get("Unit", "None") not in UNITS:
-                raise EmfError(f"{where}: {name}: unit {m.get('Unit')!r} is not a CloudWatch unit")
-            if m.get("StorageResolution", 60) not in (1, 60):
+            unit = m.get("Unit", "None")
+            if not isinstance(unit, str) or unit not in UNITS:
+                raise EmfError(f"{where}: {name}: unit {unit!r} is not a CloudWatch unit")
+            res = m.get("StorageResolution", 60)
+            if isinstance(res, bool) or res not in (1, 60):
                 raise EmfError(f"{where}: {name}: StorageResolution is 1 or 60")
             _check_value(name, doc[name])
     return doc
@@ -135,11 +150,15 @@ def extract(text: str) -> list[Extracted]:
     out = []
     for d in aws["CloudWatchMetrics"]:
         for m in d["Metrics"]:
-            values = tuple(_check_value(m["Name"], doc[m["Name"]]))
+            raw = doc[m["Name"]]
+            values = tuple(_check_value(m["Name"], raw))
+            stats = (float(raw["Min"]), float(raw["Max"]), float(raw["Sum"]),
+                     float(raw["Count"])) if isinstance(raw, dict) else None
             for dset in d["Dimensions"]:
                 out.append(Extracted(
                     namespace=d["Namespace"], name=m["Name"],
                     dimensions=tuple(sorted((k, doc[k]) for k in dset)),
-                    unit=m.get("Unit", "None"), timestamp_ms=aws["Timestamp"], values=values,
-                    storage_resolution=m.get("StorageResolution", 60)))
+                    unit=m.get("Unit", "None"), timestamp_ms=int(aws["Timestamp"]),
+                    values=values, storage_resolution=m.get("StorageResolution", 60),
+                    stats=stats))
     return out

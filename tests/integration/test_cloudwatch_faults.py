@@ -5,12 +5,8 @@ will not produce on demand: ThrottlingException, 500s, slow answers, closed conn
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -22,89 +18,14 @@ from podgpu.sinks.cloudwatch.queue import EventQueue
 from podgpu.sinks.cloudwatch.sender import Sender
 from podgpu.sinks.cloudwatch.sink import EmfSink
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
-from tests.emf_validator import extract
-from tests.integration.test_cloudwatch_moto import CREDS, EXAMPLE, moto_url, read_events
+from tests.emf_validator import extract, validate
+from tests.integration.aws_fakes import PUT, FaultProxy, aws_env, moto_url, proxy, read_events
+from tests.integration.test_cloudwatch_moto import EXAMPLE
 from tests.unit.sinks.cloudwatch.simnode import SimNode
 
-__all__ = ["moto_url"]  # the module-scoped moto server fixture
-pytestmark = pytest.mark.integration
+__all__ = ["aws_env", "moto_url", "proxy"]  # fixtures
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("aws_env")]
 GROUP = "/aws/containerinsights/faults/prometheus"
-
-
-class FaultProxy:
-    """Forwards to moto, or answers with the fault named by `mode`; counts requests per target."""
-
-    def __init__(self, upstream: str) -> None:
-        self.mode = "pass"
-        self.counts: dict[str, int] = {}
-        host, port = upstream.removeprefix("http://").split(":")
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                target = self.headers.get("X-Amz-Target", "")
-                proxy.counts[f"{proxy.mode}:{target}"] = proxy.counts.get(
-                    f"{proxy.mode}:{target}", 0) + 1
-                if proxy.mode == "throttle":
-                    self._error(400, "ThrottlingException", "Rate exceeded")
-                elif proxy.mode == "denied":
-                    self._error(400, "AccessDeniedException",
-                                "User is not authorized to perform: logs:PutLogEvents")
-                elif proxy.mode == "500":
-                    self._error(500, "InternalFailure", "boom")
-                elif proxy.mode == "close":
-                    self.close_connection = True
-                    self.connection.close()
-                else:
-                    if proxy.mode == "slow":
-                        time.sleep(0.3)
-                    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-                    conn.request("POST", self.path, body, dict(self.headers))
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    self.send_response(resp.status)
-                    for k, v in resp.getheaders():
-                        if k.lower() not in ("content-length", "transfer-encoding", "connection",
-                                             "date", "server"):
-                            self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-
-            def _error(self, status: int, code: str, message: str) -> None:
-                data = json.dumps({"__type": code, "message": message}).encode()
-                self.send_response(status)
-                self.send_header("x-amzn-ErrorType", code)
-                self.send_header("Content-Type", "application/x-amz-json-1.1")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-@pytest.fixture
-def proxy(moto_url: str) -> Iterator[FaultProxy]:
-    p = FaultProxy(moto_url)
-    yield p
-    p.close()
-
-
-@pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in CREDS.items():
-        monkeypatch.setenv(k, v)
 
 
 RAW: dict[int, list[float]] = {}
@@ -162,7 +83,7 @@ def _labels(doc: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 def arrived(moto_url: str, stream: str) -> dict[tuple[Any, int], list[str]]:
     out: dict[tuple[Any, int], list[str]] = {}
     for e in read_events(moto_url, GROUP, stream):
-        doc = json.loads(e["message"])
+        doc = validate(e["message"])  # every document that reached CloudWatch is spec-valid
         out.setdefault((_labels(doc), doc["_aws"]["Timestamp"]), []).append(e["message"])
     return out
 
@@ -179,7 +100,7 @@ def test_ten_minutes_of_throttling_lose_nothing_and_duplicate_nothing(
     st = sink.stats()
     assert st.retried > 0 and st.dropped == 0 and st.rejected == 0
     assert st.sent == len(expected)
-    assert proxy.counts.get("throttle:Logs_20140328.PutLogEvents", 0) > 10
+    assert proxy.count(PUT, mode="throttle") > 10
     # extracted as CloudWatch would, against the snapshots themselves: the exclusive pod's
     # GPU_UTIL in each minute is exactly GPU 0's samples of that minute
     per_minute: dict[int, tuple[float, ...]] = {}
@@ -216,7 +137,12 @@ def test_errors_and_slow_or_broken_connections_delay_but_lose_nothing(
                               fault=fault, fault_minutes=2)
     got = arrived(moto_url, f"fault-{fault}")
     assert set(got) == set(expected) and all(len(v) == 1 for v in got.values())
-    assert sink.stats().dropped == 0
+    assert all(json.loads(v[0]) == json.loads(expected[k]) for k, v in got.items())
+    st = sink.stats()
+    assert st.dropped == 0 and st.rejected == 0 and st.sent == len(expected)
+    assert proxy.count(PUT, mode=fault) > 0  # the fault was met, not skipped
+    if fault != "slow":
+        assert st.retried > 0
 
 
 def test_access_denied_is_reported_kept_and_recovers(proxy: FaultProxy, moto_url: str) -> None:

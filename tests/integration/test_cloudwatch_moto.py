@@ -4,190 +4,273 @@ boto3 over real HTTP on loopback): the issue-7 "Done when" with the seed post's 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.emf_validator import validate
+from tests.emf_validator import Extracted, extract, validate
+from tests.integration.aws_fakes import (
+    CREDS,
+    ROOT,
+    FaultProxy,
+    free_port,
+    moto_url,
+    podgpu_env,
+    proxy,
+    read_events,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["CREDS", "free_port", "moto_url", "proxy", "read_events"]  # fixtures; helpers reused
+
 SEED = ROOT / "tests" / "fixtures" / "seed" / "cwagent-config.json"
 EXAMPLE = ROOT / "deploy" / "cloudwatch" / "podgpu-declarations.json"
-CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-         "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 GROUP = "/aws/containerinsights/e2e/prometheus"
+SEED_SELECTED = {s.strip("^$") for s in json.loads(SEED.read_text())["logs"]["metrics_collected"]
+                 ["prometheus"]["emf_processor"]["metric_declaration"][0]["metric_selectors"]}
 
 pytestmark = pytest.mark.integration
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Node:
+    """A real `podgpu serve --simulate` process with the EMF sink, and the snapshots it was seen
+    to take (its own /api/v1/snapshot, polled while the test waits), keyed by `taken_at`."""
 
+    def __init__(self, endpoint: str, config: Path, stream: str, *extra: str,
+                 interval: str = "2", simulate: str = "4") -> None:
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", simulate, "-a",
+               f"127.0.0.1:{self.port}", "-c", "200", "--cloudwatch-config", str(config),
+               "--emf-endpoint-url", endpoint, "--aws-region", "us-east-1", "--cluster-name",
+               "e2e", "--emf-interval", interval, "--emf-log-stream", stream,
+               "--emf-label", "Service=nvidia-dcgm-exporter", *extra]
+        self.stream = stream
+        self.proc = subprocess.Popen(cmd, env=podgpu_env(), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.seen: dict[float, dict[str, Any]] = {}
 
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **CREDS})
-    deadline = time.monotonic() + 30
-    while True:
+    def get(self, path: str) -> tuple[int, str]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+            return int(r.status), r.read().decode()
+
+    def observe(self) -> None:
         try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
+            view = json.loads(self.get("/api/v1/snapshot")[1])
+        except (OSError, ValueError):
+            return  # not listening yet, or before the first cycle
+        self.seen[view["taken_at"]] = view
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """(status, body) of /health; (0, {}) while the process is not listening yet."""
+        try:
+            status, text = self.get("/health")
+        except urllib.error.HTTPError as exc:
+            status, text = exc.code, exc.read().decode()
         except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
+            return 0, {}
+        return status, json.loads(text)
+
+    def emf_count(self, result: str) -> float:
+        for line in self.get("/metrics")[1].splitlines():
+            if line.startswith(f'podgpu_emf_events_total{{result="{result}"}} '):
+                return float(line.split()[-1])
+        raise AssertionError(f"no podgpu_emf_events_total{{result={result!r}}} in /metrics")
+
+    def wait(self, what: str, ok: Any, seconds: float = 20.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not ok():
+            assert self.proc.poll() is None, f"podgpu exited: {self.proc.communicate()[1]}"
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            self.observe()
             time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=20)
+        assert self.proc.returncode == 0, err
+        return err
 
 
-def logs_client(url: str) -> Any:
-    import boto3
-
-    return boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-        region_name="us-east-1").client("logs", endpoint_url=url)
-
-
-def read_events(url: str, group: str, stream: str) -> list[dict[str, Any]]:
-    client = logs_client(url)
-    out: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"logGroupName": group, "logStreamName": stream,
-                              "startFromHead": True}
-    while True:
-        resp = client.get_log_events(**kwargs)
-        out.extend(resp["events"])
-        token = resp.get("nextForwardToken")
-        if not resp["events"] or token == kwargs.get("nextToken"):
-            return out
-        kwargs["nextToken"] = token
+def messages(url: str, stream: str) -> list[str]:
+    try:
+        return [e["message"] for e in read_events(url, GROUP, stream)]
+    except Exception as exc:  # the group and stream do not exist before the first send
+        if "ResourceNotFound" in type(exc).__name__ or "ResourceNotFound" in str(exc):
+            return []
+        raise
 
 
-def serve(moto_url: str, config: Path, stream: str, *extra: str) -> subprocess.Popen[str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", "4", "-a", f"127.0.0.1:{port}",
-           "-c", "200", "--cloudwatch-config", str(config), "--emf-endpoint-url", moto_url,
-           "--aws-region", "us-east-1", "--cluster-name", "e2e", "--emf-interval", "2",
-           "--emf-log-stream", stream, "--emf-label", "Service=nvidia-dcgm-exporter", *extra]
-    env = {**os.environ, **CREDS, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+def flushes(url: str, stream: str) -> int:
+    return len({validate(m)["_aws"]["Timestamp"] for m in messages(url, stream)})
 
 
-def collect(moto_url: str, stream: str, flushes: int) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            events = read_events(moto_url, GROUP, stream)
-        except Exception:  # the group does not exist until the first send
-            events = []
-        stamps = {e["timestamp"] for e in events}
-        if len(stamps) >= flushes:
-            return [validate(e["message"]) for e in events]
-        time.sleep(0.3)
-    raise AssertionError(f"fewer than {flushes} flushes arrived in moto")
+def extracted(url: str, stream: str) -> list[Extracted]:
+    """Every event validated and extracted as CloudWatch would; no metric twice."""
+    out = [x for m in messages(url, stream) for x in extract(m)]
+    twice = [k for k, n in Counter((x.name, x.dimensions, x.timestamp_ms) for x in out).items()
+             if n > 1]
+    assert not twice, f"metrics extracted more than once: {twice[:3]}"
+    return out
 
 
-def stop(proc: subprocess.Popen[str]) -> str:
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 0, err
-    return err
+def window_ms(taken_at: float, interval: float = 2.0) -> int:
+    return round(taken_at // interval * interval * 1000)
+
+
+def assert_samples_arrived(got: list[Extracted], name: str,
+                           expected: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]
+                           ) -> None:
+    """Each (dimensions -> [(taken_at, value)]) sample seen in the node's snapshots is among the
+    values CloudWatch extracted for that metric, those dimensions and that interval."""
+    by_key = {(x.dimensions, x.timestamp_ms): Counter(x.values) for x in got if x.name == name}
+    want: dict[tuple[Any, int], Counter[float]] = {}
+    for dims, samples in expected.items():
+        for taken_at, value in samples:
+            want.setdefault((dims, window_ms(taken_at)), Counter())[float(value)] += 1
+    assert want, "no snapshot was observed"
+    for key, values in want.items():
+        assert key in by_key, f"{name} {dict(key[0])} at {key[1]}: nothing extracted"
+        assert not values - by_key[key], (key, values, by_key[key])
+
+
+def seed_dims(pod: str = "train-0", namespace: str = "ml") -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({"Service": "nvidia-dcgm-exporter", "Namespace": namespace,
+                         "ClusterName": "e2e", "job": "podgpu", "pod": pod}.items()))
 
 
 def test_seed_config_unchanged_gives_per_pod_gpu_util_with_the_seed_dimensions(
         moto_url: str) -> None:
-    proc = serve(moto_url, SEED, "node-seed")
+    node = Node(moto_url, SEED, "node-seed")
     try:
-        docs = collect(moto_url, "node-seed", 2)
+        node.wait("two flushes in moto", lambda: flushes(moto_url, "node-seed") >= 2)
     finally:
-        stop(proc)
-    assert docs
-    for doc in docs:
-        (directive,) = doc["_aws"]["CloudWatchMetrics"]
-        assert directive["Dimensions"] == [["ClusterName", "Namespace", "Service", "job", "pod"]]
-        assert directive["Namespace"] == "ContainerInsights/Prometheus"
-        assert {doc[d] for d in ("ClusterName", "Service", "job")} == \
-            {"e2e", "nvidia-dcgm-exporter", "podgpu"}
-        # only the exclusive pod's GPU (the built-in scenario: ml/train-0 on GPU 0)
-        assert (doc["pod"], doc["Namespace"], doc["gpu"]) == ("train-0", "ml", "0")
-        assert "DCGM_FI_DEV_GPU_UTIL" in doc
-        assert "DCGM_FI_DEV_GPU_TEMP" not in doc  # matches no declaration: not sent at all
-    stamps = sorted({d["_aws"]["Timestamp"] for d in docs})
+        node.stop()
+    docs = [validate(m) for m in messages(moto_url, "node-seed")]
+    got = extracted(moto_url, "node-seed")
+    # Every event carries a directive; no plain log lines for series nothing selects.
+    assert docs and all("_aws" in d for d in docs)
+    assert all("DCGM_FI_DEV_GPU_TEMP" not in d for d in docs)
+    # Only the exclusive pod's GPU: GPU 1 is time-sliced (its device series have no pod),
+    # GPUs 2 and 3 hold no pod; the seed's dimension set drops them all.
+    assert {(d["gpu"], d["pod"]) for d in docs} == {("0", "train-0")}
+    assert {x.dimensions for x in got} == {seed_dims()}
+    assert {x.namespace for x in got} == {"ContainerInsights/Prometheus"}
+    names = {x.name for x in got}
+    assert "DCGM_FI_DEV_GPU_UTIL" in names and names <= SEED_SELECTED
+    assert {x.unit for x in got if x.name == "DCGM_FI_DEV_GPU_UTIL"} == {"Percent"}
+    stamps = sorted({x.timestamp_ms for x in got})
     assert len(stamps) >= 2 and all(t % 2000 == 0 for t in stamps)
+    # The values are the snapshots' own: GPU 0's utilization in each 2 s interval.
+    assert_samples_arrived(got, "DCGM_FI_DEV_GPU_UTIL", {seed_dims(): [
+        (t, next(d for d in v["devices"] if d["gpu"] == "0")["values"]["DCGM_FI_DEV_GPU_UTIL"])
+        for t, v in node.seen.items()]})
 
 
 def test_example_declarations_cover_every_pod_including_a_time_sliced_gpu(moto_url: str) -> None:
-    proc = serve(moto_url, EXAMPLE, "node-example")
+    node = Node(moto_url, EXAMPLE, "node-example")
     try:
-        docs = collect(moto_url, "node-example", 2)
+        node.wait("two flushes in moto", lambda: flushes(moto_url, "node-example") >= 2)
     finally:
-        stop(proc)
-    pods = {d["pod"] for d in docs if "podgpu_pod_gpu_utilization_ratio" in d}
-    assert pods == {"train-0", "infer-a", "infer-b"}  # infer-a and infer-b share GPU 1
-    shared = [d for d in docs if d.get("pod") in ("infer-a", "infer-b")
-              and "podgpu_pod_gpu_utilization_ratio" in d]
-    assert {d["gpu"] for d in shared} == {"1"}
+        node.stop()
+    got = [x for x in extracted(moto_url, "node-example")
+           if x.name == "podgpu_pod_gpu_utilization_ratio"]
+    assert {dict(x.dimensions)["pod"] for x in got} == {"train-0", "infer-a", "infer-b"}
+    docs = [validate(m) for m in messages(moto_url, "node-example")]
+    shared = {d["pod"]: d["gpu"] for d in docs if "podgpu_pod_gpu_utilization_ratio" in d
+              and d["pod"] != "train-0"}
+    assert shared == {"infer-a": "1", "infer-b": "1"}  # both pods time-slicing GPU 1
+    expected: dict[tuple[tuple[str, str], ...], list[tuple[float, float]]] = {}
+    for t, view in node.seen.items():
+        for pod in view["pods"]:
+            expected.setdefault(seed_dims(pod["pod"], pod["namespace"]), []).append(
+                (t, pod["utilization_ratio"]))
+    assert len(expected) == 3
+    assert_samples_arrived(got, "podgpu_pod_gpu_utilization_ratio", expected)
 
 
-def test_unreachable_endpoint_is_a_health_reason_not_a_crash(moto_url: str) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    port = free_port()
-    cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", "2", "-a", f"127.0.0.1:{port}",
-           "-c", "200", "--cloudwatch-config", str(SEED), "--emf-endpoint-url", dead,
-           "--aws-region", "us-east-1", "--cluster-name", "e2e", "--emf-interval", "1",
-           "--emf-label", "Service=nvidia-dcgm-exporter"]
-    proc = subprocess.Popen(cmd, env={**os.environ, **CREDS, "PYTHONPATH": str(ROOT / "src")},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def test_access_denied_keeps_serving_names_the_failure_and_recovers(
+        moto_url: str, proxy: FaultProxy) -> None:
+    proxy.mode = "denied"
+    node = Node(proxy.url, SEED, "node-denied")
     try:
-        import urllib.request
+        node.wait("the emf health entry to fail",
+                  lambda: node.health()[1].get("emf", {}).get("status", "ok") != "ok")
+        status, body = node.health()
+        assert status == 200  # GPU metrics are fine: no restart loop
+        assert "credentials or permissions" in body["emf"]["status"]
+        assert "AccessDenied" in body["emf"]["status"]
+        # /metrics is rendered once per cycle, so its counters may trail /health by a cycle
+        node.wait("queued events and counted retries", lambda: node.health()[1]["emf"][
+            "queued_events"] > 0 and node.emf_count("retried") > 0)
+        proxy.mode = "pass"
+        node.wait("delivery after the fix", lambda: node.health()[1].get("emf", {}).get("status") == "ok"
+                  and node.emf_count("sent") > 0)
+        node.wait("two flushes in moto", lambda: flushes(moto_url, "node-denied") >= 2)
+    finally:
+        err = node.stop()
+    assert "credentials or permissions" in err
+    assert proxy.count(mode="denied") >= 1 and proxy.count(mode="pass") >= 1
+    got = extracted(moto_url, "node-denied")
+    assert_samples_arrived(got, "DCGM_FI_DEV_GPU_UTIL", {seed_dims(): [
+        (t, next(d for d in v["devices"] if d["gpu"] == "0")["values"]["DCGM_FI_DEV_GPU_UTIL"])
+        for t, v in node.seen.items()]})  # what was refused arrived later
 
-        deadline = time.monotonic() + 20
-        body: dict[str, Any] = {}
-        status = 0
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    status, body = r.status, json.loads(r.read())
-                if body.get("emf", {}).get("status", "ok") != "ok":
-                    break
-            except OSError:
-                pass
-            time.sleep(0.3)
+
+def test_unreachable_endpoint_is_a_health_reason_not_a_crash() -> None:
+    node = Node(f"http://127.0.0.1:{free_port()}", SEED, "node-dead", interval="1",
+                simulate="2")
+    try:
+        node.wait("the emf health entry to fail",
+                  lambda: node.health()[1].get("emf", {}).get("status", "ok") != "ok")
+        status, body = node.health()
         assert status == 200
         assert body["emf"]["status"].startswith("failing: cloudwatch:")
-        assert body["emf"]["queued_events"] > 0
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            text = r.read().decode()
-        assert 'podgpu_emf_events_total{result="retried"}' in text
+        node.wait("queued events and counted retries", lambda: node.health()[1]["emf"][
+            "queued_events"] > 0 and node.emf_count("retried") > 0)
+        assert node.emf_count("dropped") == 0
     finally:
-        err = stop(proc)
+        err = node.stop()
     assert "EMF: send to cloudwatch failed" in err
 
 
+DECL = {"source_labels": ["Service"], "metric_selectors": ["x"], "dimensions": [["pod"]]}
+
+
+def agent_file(*decls: dict[str, Any]) -> dict[str, Any]:
+    """The whole CloudWatch agent file, as the seed has it."""
+    return {"logs": {"metrics_collected": {"prometheus": {"emf_processor": {
+        "metric_declaration": list(decls)}}}}}
+
+
+P = "logs.metrics_collected.prometheus.emf_processor."
+
+
 @pytest.mark.parametrize(("content", "expect"), [
-    ({"metric_declaration": [{"source_labels": ["a"], "metric_selectors": ["("],
-                              "dimensions": [["a"]]}]},
+    ({"metric_declaration": [{**DECL, "metric_selectors": ["("]}]},
      "metric_declaration[0].metric_selectors[0]: invalid regular expression"),
-    ({"metric_declaration": [{"source_labels": ["a"], "metric_selectors": ["x"],
-                              "dimensions": [[f"d{i}" for i in range(31)]]}]},
+    (agent_file(DECL, {**DECL, "label_matcher": "[a-"}),
+     P + "metric_declaration[1].label_matcher: invalid regular expression"),
+    ({"metric_declaration": [{**DECL, "dimensions": [[f"d{i}" for i in range(31)]]}]},
      "metric_declaration[0].dimensions[0]: 31 dimensions"),
+    (agent_file(DECL, DECL, {**DECL, "dimensions": [["pod"], [f"d{i}" for i in range(31)]]}),
+     P + "metric_declaration[2].dimensions[1]: 31 dimensions"),
     ({"metric_declaration": [{"source_labels": ["a"], "metric_selector": ["x"]}]},
      "metric_declaration[0]: unknown key 'metric_selector'"),
-    ({"metric_declaration": [{"source_labels": "a", "metric_selectors": ["x"]}]},
+    ({"metric_declaration": [{**DECL, "source_labels": "a"}]},
      "metric_declaration[0].source_labels: expected a list"),
+    ({"metric_declaration": [DECL, {**DECL, "label_matcher": 7}]},
+     "metric_declaration[1].label_matcher: expected a string"),
+    ({"metric_declaration": [{**DECL, "dimensions": ["pod"]}]},
+     "metric_declaration[0].dimensions[0]: expected a list"),
+    ({"metric_declaration": [{**DECL, "metric_selectors": ["x", 3]}]},
+     "metric_declaration[0].metric_selectors[1]: expected a string"),
+    ({"metric_namespace": 5, "metric_declaration": [DECL]}, "metric_namespace: expected a string"),
 ])
 def test_bad_config_exits_2_with_one_line(tmp_path: Path, content: dict[str, Any],
                                           expect: str) -> None:
@@ -195,33 +278,35 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path, content: dict[str, Any
     bad.write_text(json.dumps(content))
     res = subprocess.run([sys.executable, "-m", "podgpu", "serve", "--simulate", "1",
                           "--cloudwatch-config", str(bad), "--emf-destination", "stdout"],
-                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-                         capture_output=True, text=True, timeout=30)
-    assert res.returncode == 2
+                         env=podgpu_env(), capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and expect in lines[0] and str(bad) in lines[0]
+    assert len(lines) == 1 and expect in lines[0] and str(bad) in lines[0], lines
 
 
 def test_spooled_events_survive_a_restart(moto_url: str, tmp_path: Path) -> None:
     spool = tmp_path / "spool"
-    dead = f"http://127.0.0.1:{free_port()}"
-    first = serve(dead, SEED, "node-spool", "--emf-spool-dir", str(spool))
-    deadline = time.monotonic() + 20
-    while len(list(spool.glob("*.jsonl"))) < 2:
-        assert time.monotonic() < deadline, "nothing spooled"
-        time.sleep(0.2)
-    stop(first)
+    first = Node(f"http://127.0.0.1:{free_port()}", SEED, "node-spool", "--emf-spool-dir",
+                 str(spool))
+    first.wait("two spooled intervals", lambda: len(list(spool.glob("*.jsonl"))) >= 2)
+    first.stop()
     spooled = {json.loads(line)["_aws"]["Timestamp"]
                for f in spool.glob("*.jsonl") for line in f.read_text().splitlines()}
     restarted_at = time.time() * 1000
-    second = serve(moto_url, SEED, "node-spool", "--emf-spool-dir", str(spool))
+    second = Node(moto_url, SEED, "node-spool", "--emf-spool-dir", str(spool))
     try:
-        docs = collect(moto_url, "node-spool", len(spooled) + 1)
+        second.wait("the spooled and a new interval in moto",
+                    lambda: flushes(moto_url, "node-spool") >= len(spooled) + 1)
     finally:
-        stop(second)
-    arrived = {d["_aws"]["Timestamp"] for d in docs}
+        second.stop()
+    got = extracted(moto_url, "node-spool")
+    arrived = {x.timestamp_ms for x in got}
     assert spooled <= arrived  # every interval the first process could not send
     assert min(arrived) < restarted_at
+    # the first process's samples are in CloudWatch, with the values its snapshots had
+    assert_samples_arrived(got, "DCGM_FI_DEV_GPU_UTIL", {seed_dims(): [
+        (t, next(d for d in v["devices"] if d["gpu"] == "0")["values"]["DCGM_FI_DEV_GPU_UTIL"])
+        for t, v in first.seen.items() if window_ms(t) in spooled]})
     assert not list(spool.glob("*.jsonl")) or all(
         json.loads(f.read_text().splitlines()[0])["_aws"]["Timestamp"] > max(spooled)
         for f in spool.glob("*.jsonl"))  # sent files are deleted
