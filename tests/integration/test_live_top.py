@@ -4,6 +4,7 @@ injected fault)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -107,3 +108,52 @@ def test_top_bad_input_exits_2_with_one_line(args: list[str], needle: str) -> No
     out = top("--once", *args)
     assert out.returncode == 2
     assert needle in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_top_interactive_reads_keys_in_a_terminal(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The full-screen view in a real pseudo-terminal: sort, idle-only, a typed filter, quit."""
+    import fcntl
+    import os
+    import pty
+    import re
+    import select
+    import struct
+    import termios
+    import time
+
+    a = serve("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path))
+    a.wait_ready()
+    pid, fd = pty.fork()
+    if pid == 0:  # child: becomes `podgpu top` on the pty
+        os.execv(sys.executable, [sys.executable, "-m", "podgpu", "top", a.url])
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    screen = ""
+
+    def wait_for(needle: str) -> None:
+        nonlocal screen
+        deadline = time.monotonic() + 15
+        while needle not in screen:
+            assert time.monotonic() < deadline, f"{needle!r} never shown; last output: {screen[-800:]!r}"
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                screen += re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", os.read(fd, 65536).decode(errors="replace"))
+
+    try:
+        wait_for("PODS sorted by util (5)")
+        screen = ""
+        os.write(fd, b"s")
+        wait_for("PODS sorted by memory (5)")
+        os.write(fd, b"i")
+        wait_for("PODS sorted by memory, idle only (1)")
+        os.write(fd, b"c/tr")
+        wait_for("filter: tr_")
+        os.write(fd, b"\r")
+        wait_for("PODS sorted by memory, filter 'tr' (1)")
+        os.write(fd, b"q")
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        with contextlib.suppress(ChildProcessError, ProcessLookupError):
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        os.close(fd)
