@@ -75,3 +75,32 @@ def test_without_the_flag_dra_claims_are_ignored(dra_kubelet: FakeKubelet) -> No
         assert a.attribute(DEVICES, ()).allocations == ()
     finally:
         a.close()
+
+
+def test_serve_puts_pod_labels_on_dra_gpus(dra_kubelet: FakeKubelet) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.conftest import ServeProcess
+
+    p = ServeProcess("--simulate", "2", "--simulate-scenario", "none", "-k",
+                     "--kubernetes-enable-dra", "--pod-resources-kubelet-socket",
+                     dra_kubelet.socket_path, "-c", "200")
+    try:
+        p.wait_ready()
+
+        def util() -> dict[str, dict[str, str]]:
+            _, _, body = p.get("/metrics")
+            for fam in text_string_to_metric_families(body.decode()):
+                if fam.name == "DCGM_FI_DEV_GPU_UTIL":
+                    return {s.labels["gpu"]: dict(s.labels) for s in fam.samples}
+            return {}
+
+        wait_for(lambda: "pod" in util().get("0", {}))
+        got = util()
+        assert (got["0"]["pod"], got["0"]["namespace"], got["0"]["container"]) == (
+            "train", "ml", "main")
+        # GPU 1 is one claim shared by two containers: no arbitrary winner on the device series
+        assert "pod" not in got["1"]
+    finally:
+        code, err = p.stop()
+    assert code == 0, err
