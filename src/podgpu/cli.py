@@ -25,7 +25,7 @@ from podgpu.fields.catalog import CATALOG
 from podgpu.fields.metriclist import MetricList, load_default, load_metric_list, parse_metric_list
 
 if TYPE_CHECKING:
-    from podgpu.backends.scenario import Scenario
+    from podgpu.attribution.scenario import Scenario
     from podgpu.http.websecurity import WebSecurity
     from podgpu.model import Snapshot
     from podgpu.sinks.cloudwatch import EmfSink
@@ -157,7 +157,7 @@ def make_scenario(settings: Settings) -> Scenario | None:
     """The simulated pods: the built-in scenario unless a file (or 'none') is given."""
     if not settings.simulate or settings.simulate_scenario == "none":
         return None
-    from podgpu.backends.scenario import default_scenario, load_scenario
+    from podgpu.attribution.scenario import default_scenario, load_scenario
     from podgpu.backends.simulated import parse_simulate
 
     if settings.simulate_scenario:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from podgpu.backends.scenario import default_scenario
+from podgpu.attribution.scenario import default_scenario
 from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.fields import names
 from podgpu.fields.metriclist import MetricList, parse_metric_list

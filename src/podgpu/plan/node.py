@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from podgpu.attribution.attributor import build_attributor
-from podgpu.backends.scenario import parse_scenario
+from podgpu.attribution.scenario import parse_scenario
 from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.collect import Collector
 from podgpu.errors import ConfigError

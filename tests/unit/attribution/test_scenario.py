@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from podgpu.attribution.attributor import build_attributor
-from podgpu.backends.scenario import default_scenario, load_scenario, parse_scenario
+from podgpu.attribution.scenario import default_scenario, load_scenario, parse_scenario
 from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import BY_NAME
@@ -108,10 +108,10 @@ def test_load_json_and_yaml(tmp_path: Path) -> None:
          "pods[0].name: expected a non-empty string"),
         ({"pods": [{"namespace": "n", "name": "p", "containers": [
             {"name": "c", "gpus": [{"gpu": -1}]}]}]},
-         "pods[0].containers[0].gpus[0].gpu: expected an integer >= 0, got -1"),
+         "pods[0].containers[0].gpus[0].gpu: expected an integer in 0..63, got -1"),
         ({"pods": [{"namespace": "n", "name": "p", "containers": [
             {"name": "c", "gpus": [{"gpu": "0"}]}]}]},
-         "pods[0].containers[0].gpus[0].gpu: expected an integer >= 0, got '0'"),
+         "pods[0].containers[0].gpus[0].gpu: expected an integer in 0..63, got '0'"),
         ({"pods": [{"namespace": "n", "name": "p", "containers": [
             {"name": "c", "gpus": [{"gpu": 0, "share": 1.5}]}]}]},
          "pods[0].containers[0].gpus[0].share: expected a number in 0..1"),
@@ -126,7 +126,7 @@ def test_load_json_and_yaml(tmp_path: Path) -> None:
             {"name": "d", "gpus": [{"gpu": 0, "replica": 1, "share": 0.7}]}]}]},
          "pods[0].containers[1].gpus[0].share: shares of gpu 0 add up to more than 1"),
         ({"pods": [{"namespace": "n", "name": "p", "labels": {"a": 1}, "containers": [
-            {"name": "c", "gpus": []}]}]}, "pods[0].labels: expected a mapping of strings"),
+            {"name": "c", "gpus": []}]}]}, "pods[0].labels: expected at most 64 strings mapped to strings"),
         ({"pods": [{"namespace": "n", "name": "p", "containers": [{"name": "c", "gpus": []}]},
                    {"namespace": "n", "name": "p", "containers": [{"name": "c", "gpus": []}]}]},
          "pods[1].name: pod n/p appears twice"),

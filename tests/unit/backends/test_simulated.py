@@ -97,7 +97,7 @@ def test_identities_are_deterministic_and_unique() -> None:
 
 def test_scenario_xids_drive_the_last_xid_and_the_windowed_count() -> None:
     # issue 9: XID 31 on GPU 1 every 100 s from t=50 s; a 120 s window
-    from podgpu.backends.scenario import parse_scenario
+    from podgpu.attribution.scenario import parse_scenario
     from podgpu.fields.catalog import BY_NAME
 
     scenario = parse_scenario({"pods": [], "xids": [{"gpu": 1, "xid": 31, "every": 100,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from podgpu.attribution.attributor import build_attributor
-from podgpu.backends.scenario import default_scenario
+from podgpu.attribution.scenario import default_scenario
 from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.collect import Collector
 from podgpu.fields.metriclist import MetricList, load_default
