@@ -195,14 +195,17 @@ class FaultProxy:
                     data = resp.read()
                 finally:
                     conn.close()
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection",
-                                         "date", "server"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(resp.status)
+                    for k, v in resp.getheaders():
+                        if k.lower() not in ("content-length", "transfer-encoding",
+                                             "connection", "date", "server"):
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client timed out and left: its answer is lost
+                    self.close_connection = True
 
             def _error(self, status: int, code: str, message: str) -> None:
                 data = json.dumps({"__type": code, "message": message}).encode()

@@ -19,7 +19,15 @@ from podgpu.sinks.cloudwatch.sender import Sender
 from podgpu.sinks.cloudwatch.sink import EmfSink
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
 from tests.emf_validator import extract, validate
-from tests.integration.aws_fakes import PUT, FaultProxy, aws_env, moto_url, proxy, read_events
+from tests.integration.aws_fakes import (
+    PUT,
+    FaultProxy,
+    aws_env,
+    logs_client,
+    moto_url,
+    proxy,
+    read_events,
+)
 from tests.integration.test_cloudwatch_moto import EXAMPLE
 from tests.unit.sinks.cloudwatch.simnode import SimNode
 
@@ -33,13 +41,16 @@ RAW: dict[int, list[float]] = {}
 
 
 def run_sink(proxy: FaultProxy, stream: str, minutes: int, queue_bytes: int,
-             fault: str, fault_minutes: int) -> tuple[EmfSink, dict[tuple[Any, int], str]]:
+             fault: str, fault_minutes: int, timeout: float = 30.0, group: str = GROUP,
+             faulted: int = 1) -> tuple[EmfSink, dict[tuple[Any, int], str]]:
     """Drive `minutes` of 1 s cycles through the sink with `fault` on for the first
-    `fault_minutes`; returns the sink and what an ideal run would have sent, by (labels, minute)."""
+    `fault_minutes` (and until the proxy has answered `faulted` PutLogEvents with it, so a slow
+    machine cannot skip the fault); returns the sink and what an ideal run would have sent, by
+    (labels, minute)."""
     config = load_emf_config(str(EXAMPLE))
     node = SimNode(4, start=time.time() - time.time() % 60 - 60 * (minutes + 1))
-    dest = CloudWatchDestination(log_group=GROUP, log_stream=stream, region="us-east-1",
-                                 endpoint_url=proxy.url)
+    dest = CloudWatchDestination(log_group=group, log_stream=stream, region="us-east-1",
+                                 endpoint_url=proxy.url, timeout=timeout)
     queue = EventQueue(queue_bytes)
     encoder = Encoder(config)
     sink = EmfSink(node.builder(), encoder, queue, dest, interval=60.0,
@@ -60,6 +71,10 @@ def run_sink(proxy: FaultProxy, stream: str, minutes: int, queue_bytes: int,
     sink.start()
     for i, snap in enumerate(node.snapshots(60 * minutes)):
         if i == 60 * fault_minutes:
+            deadline = time.monotonic() + 20
+            while proxy.count(PUT, mode=fault) < faulted:
+                assert time.monotonic() < deadline, f"no send met the {fault} fault"
+                time.sleep(0.02)
             proxy.mode = "pass"
         sink.offer(snap)
         minute = int(snap.taken_at - snap.taken_at % 60) * 1000
@@ -80,9 +95,9 @@ def _labels(doc: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in doc.items() if isinstance(v, str)))
 
 
-def arrived(moto_url: str, stream: str) -> dict[tuple[Any, int], list[str]]:
+def arrived(moto_url: str, stream: str, group: str = GROUP) -> dict[tuple[Any, int], list[str]]:
     out: dict[tuple[Any, int], list[str]] = {}
-    for e in read_events(moto_url, GROUP, stream):
+    for e in read_events(moto_url, group, stream):
         doc = validate(e["message"])  # every document that reached CloudWatch is spec-valid
         out.setdefault((_labels(doc), doc["_aws"]["Timestamp"]), []).append(e["message"])
     return out
@@ -101,6 +116,9 @@ def test_ten_minutes_of_throttling_lose_nothing_and_duplicate_nothing(
     assert st.retried > 0 and st.dropped == 0 and st.rejected == 0
     assert st.sent == len(expected)
     assert proxy.count(PUT, mode="throttle") > 10
+    exposed = dict(line.rsplit(" ", 1) for line in sink.render_metrics().splitlines()
+                   if line.startswith("podgpu_emf_events_total{"))
+    assert int(exposed['podgpu_emf_events_total{result="retried"}']) == st.retried > 0
     # extracted as CloudWatch would, against the snapshots themselves: the exclusive pod's
     # GPU_UTIL in each minute is exactly GPU 0's samples of that minute
     per_minute: dict[int, tuple[float, ...]] = {}
@@ -173,3 +191,26 @@ def test_access_denied_is_reported_kept_and_recovers(proxy: FaultProxy, moto_url
     minutes = {json.loads(m)["_aws"]["Timestamp"] for m in
                [e for v in arrived(moto_url, "denied").values() for e in v]}
     assert len(minutes) == 3 and sink.stats().dropped == 0
+
+
+def test_an_answer_lost_after_cloudwatch_took_the_batch_duplicates_but_loses_nothing(
+        proxy: FaultProxy, moto_url: str) -> None:
+    """The limit of "exactly once": the proxy forwards each request after 1 s, when podgpu has
+    already timed out (0.4 s) and will send the batch again. PutLogEvents has no idempotency
+    token, so moto keeps both copies; EMF promises at-least-once delivery (reference §4). Every
+    duplicate must come from an attempt podgpu counted as retried, and nothing may be lost."""
+    proxy.slow_seconds = 1.0
+    logs = logs_client(moto_url)  # the stream exists, so every late copy is stored
+    logs.create_log_group(logGroupName=GROUP + "/late")
+    logs.create_log_stream(logGroupName=GROUP + "/late", logStreamName="late")
+    sink, expected = run_sink(proxy, "late", minutes=3, queue_bytes=8 << 20, fault="slow",
+                              fault_minutes=2, timeout=0.4, group=GROUP + "/late")
+    time.sleep(proxy.slow_seconds + 0.5)  # let the late copies reach moto
+    got = arrived(moto_url, "late", GROUP + "/late")
+    assert set(got) == set(expected)  # none lost
+    for key, lines in got.items():
+        assert all(json.loads(line) == json.loads(expected[key]) for line in lines)
+    st = sink.stats()
+    duplicates = sum(len(v) - 1 for v in got.values())
+    assert st.retried > 0 and st.dropped == 0
+    assert 0 < duplicates <= st.retried
