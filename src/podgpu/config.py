@@ -412,6 +412,22 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                 parser.add_argument(*flags, dest=dest, default=None, help=argparse.SUPPRESS)
 
 
+def _proc_root_problem(path: str) -> str | None:
+    """Why `path` cannot be the host's /proc, or None when it holds <pid>/ directories."""
+    try:
+        with os.scandir(path) as entries:
+            if any(e.name.isdigit() for e in entries):
+                return None
+    except FileNotFoundError:
+        return "does not exist"
+    except NotADirectoryError:
+        return "is not a directory"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    return ("holds no <pid>/ directories; mount the host's /proc there (hostPID: true, or a "
+            "hostPath volume)")
+
+
 def _parse_address(address: str, source: str = "--address") -> tuple[str | None, int]:
     m = re.fullmatch(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})",
                      address.strip())
@@ -492,6 +508,10 @@ def settings_from(
         raise ConfigError(
             f"{origin['kubernetes_gpu_id_type']} {values['kubernetes_gpu_id_type']!r}: use uid or "
             "device-name")
+    if values["kubernetes"]:  # issue 13: an empty root made every GPU process look exited
+        problem = _proc_root_problem(values["proc_root"])
+        if problem:
+            raise ConfigError(f"{origin['proc_root']} {values['proc_root']!r}: {problem}")
     for rx in values["kubernetes_pod_label_allowlist_regex"]:
         try:
             re.compile(rx)
@@ -504,7 +524,7 @@ def settings_from(
                    and values[o.dest] != o.default]
         if emf_set:
             raise ConfigError(f"{emf_set[0]} needs --cloudwatch-config FILE (the EMF sink is off)")
-    if values["emf_interval"] * 1000 < values["collect_interval_ms"]:
+    if values["cloudwatch_config"] and values["emf_interval"] * 1000 < values["collect_interval_ms"]:
         raise ConfigError(f"--emf-interval {values['emf_interval']:g}: shorter than the collect "
                           f"interval ({values['collect_interval_ms']} ms)")
     if values["simulate_scenario"] and not values["simulate"]:

@@ -61,6 +61,9 @@ class _Servicer(pb_grpc.PodResourcesListerServicer):  # type: ignore[misc]
             self._owner.calls += 1
             fail = self._owner.fail_with
             pods = list(self._owner.pods)
+            delay = self._owner.delay
+        if delay:  # fault injection: a kubelet whose List hangs (issue 13)
+            time.sleep(delay)
         if fail is not None:
             context.abort(fail, "injected failure")
         resp = pb.ListPodResourcesResponse()
@@ -90,6 +93,8 @@ class FakeKubelet:
         self.pods: list[FakePod] = []
         self.calls = 0
         self.fail_with: grpc.StatusCode | None = None
+        self.delay = 0.0
+        """Seconds each List sleeps before answering (fault injection)."""
         self._server: Any = None
 
     def set_pods(self, pods: list[FakePod]) -> None:

@@ -126,6 +126,13 @@ class CgroupReader:
             with open(path, encoding="utf-8", errors="replace") as f:
                 text = f.read()
         except (FileNotFoundError, ProcessLookupError):
+            if not os.path.isdir(self._root):  # issue 13: not "exited", the whole root is gone
+                self.errors += 1
+                if -1 not in self._logged:
+                    self._logged.add(-1)
+                    log.warning("%s is not a directory any more: GPU processes cannot be "
+                                "attributed to pods (is the host /proc still mounted?)",
+                                self._root)
             return None  # exited since NVML listed it
         except OSError as exc:
             self.errors += 1

@@ -28,7 +28,8 @@ MAX_RECEIVE_BYTES = 16 * 1024 * 1024
 """Kubelet's own client limit (defaultPodResourcesMaxSize); gRPC's 4 MiB default is too small
 for a large node."""
 LIST_TIMEOUT_SECONDS = 10.0
-"""Kubelet's defaultPodResourcesTimeout and dcgm-exporter's List timeout."""
+"""Kubelet's defaultPodResourcesTimeout and dcgm-exporter's List timeout: the longest deadline."""
+MIN_LIST_TIMEOUT_SECONDS = 1.0
 DEFAULT_MAX_BACKOFF_SECONDS = 10.0
 LIST_METHOD = "/v1.PodResourcesLister/List"
 MIN_POLL_SECONDS = 0.1
@@ -63,6 +64,22 @@ class PodResourcesState:
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 DRA_RESOURCE_PREFIX = "dra/"
 """DRA allocations become entries with resource `dra/<driver>` and the DRA device name as id."""
+
+
+def list_deadline(collect_interval: float) -> float:
+    """The `List` deadline for a collect interval: two intervals, within 1..10 s.
+
+    Issue 13: with the fixed 10 s deadline a hung `List` kept a deleted pod's labels and
+    `kubelet: "ok"` for ~11 s at a 1 s interval. Together with `stale_after` it bounds how long
+    an answer is trusted to a few intervals."""
+    return min(LIST_TIMEOUT_SECONDS, max(MIN_LIST_TIMEOUT_SECONDS, 2.0 * collect_interval))
+
+
+def stale_after(collect_interval: float) -> float:
+    """Age past which the last `List` answer is not used: one collect interval (two polls at
+    half the interval) plus the `List` deadline. Answers this old mean the poll thread is stuck
+    or every call is timing out."""
+    return collect_interval + list_deadline(collect_interval)
 
 
 def flatten(response: Any, *, dra: bool = False) -> tuple[ContainerDevices, ...]:
