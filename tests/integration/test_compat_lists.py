@@ -68,14 +68,13 @@ def run(ml: MetricList, model: str, old: bool = False) -> dict[str, list[dict[st
 
 def explainer(ml: MetricList, got: dict[str, list[dict[str, str]]]) -> Callable[[str], bool]:
     """name -> exported under its own name, or unavailable with a reason (node-wide or per
-    device, where the device series name the catalog field)."""
+    device)."""
     unavailable = {u["field"] for u in got.get("podgpu_field_unavailable", []) if u.get("reason")}
-    canonical = {r.out: r.name for r in ml.metrics + ml.labels}
 
     def explained(name: str) -> bool:
         if name in got or name.removesuffix("_total") in got:  # the parser's counter-name rule
             return True
-        return bool({name, canonical.get(name, name)} & unavailable)
+        return name in unavailable  # under the list's own spelling, never the catalog's
 
     return explained
 

@@ -29,6 +29,8 @@ RENDERED_AS = {"histogram": "gauge", "summary": "gauge"}
 NOT_READABLE = "not readable through NVML"
 STRING_AS_NUMBER = "a string field; list it with type label"
 DEFAULT_NAME = "default-counters.csv"
+MAX_ROW_WARNINGS = 20
+"""More unavailable rows than this are summarised in one warning."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,14 @@ class MetricList:
                 if dep in BY_NAME:
                     out.setdefault(dep, BY_NAME[dep])
         return tuple(out.values())
+
+    @property
+    def spellings(self) -> dict[str, tuple[str, ...]]:
+        """Catalog field -> the names this list exports it under (usually one)."""
+        out: dict[str, tuple[str, ...]] = {}
+        for r in self.metrics + self.labels:
+            out[r.name] = (*out.get(r.name, ()), r.out)
+        return out
 
     def without(self, names: set[str]) -> MetricList:
         """The same list without some metric rows (e.g. DCP rows on a node without GPM)."""
@@ -168,6 +178,12 @@ def parse_metric_list(text: str, path: str = "<string>") -> MetricList:
             continue
         row = MetricRow(fld, ptype, help_, lineno, name)
         (labels if ptype == "label" else metrics).append(row)
+    if len(unavailable) > MAX_ROW_WARNINGS:  # e.g. a list of every DCGM field: one line, not 900
+        skipped = {f"{path}:{u.line}: {u.name}" for u in unavailable}
+        warnings = [w for w in warnings if not any(w.startswith(s + " ") for s in skipped)]
+        first = ", ".join(u.name for u in unavailable[:5])
+        warnings.append(f"{path}: {len(unavailable)} listed DCGM fields will not be exported "
+                        f"(see podgpu_field_unavailable), e.g. {first}")
     return MetricList(path, tuple(metrics), tuple(labels), tuple(warnings), tuple(unavailable))
 
 

@@ -89,5 +89,6 @@ def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> byte
             parts.extend(lines)
     parts.append(pods.render_pod_families(snapshot, lopts))
     parts.append(selfmetrics.render_self_metrics(snapshot, lopts, opts.build_info, opts.timings,
-                                                 unavailable=metrics.unavailable))
+                                                 unavailable=metrics.unavailable,
+                                                 listed=metrics.spellings))
     return "".join(parts).encode("utf-8")

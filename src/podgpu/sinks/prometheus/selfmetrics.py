@@ -6,7 +6,7 @@ Names follow Prometheus conventions (base units, `_total` on counters, `_info` f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from podgpu.fields.metriclist import UnavailableRow
 from podgpu.model import Snapshot
@@ -21,7 +21,10 @@ def render_self_metrics(
     timings: tuple[tuple[str, float], ...],
     *,
     unavailable: Sequence[UnavailableRow] = (),
+    listed: Mapping[str, tuple[str, ...]] | None = None,
 ) -> str:
+    """`listed`: catalog field -> the names the metric list gives it (issue 9); None reports
+    every missing field under its catalog name."""
     out: list[str] = []
     out.append(family_header("podgpu_build_info",
                              "podgpu version, GPU backend and driver; always 1.", "gauge"))
@@ -72,8 +75,10 @@ def render_self_metrics(
     for s in snapshot.samples:
         ident = short_identity_pairs(s.device, opts)
         for name, reason in sorted(s.missing.items()):
-            pairs = (*ident, ("field", name), ("reason", reason))
-            missing_lines.append(f"podgpu_field_unavailable{{{label_pairs(pairs)}}} 1\n")
+            # under the list's spelling(s); a field read only to derive another is not listed
+            for shown in (listed.get(name, ()) if listed is not None else (name,)):
+                pairs = (*ident, ("field", shown), ("reason", reason))
+                missing_lines.append(f"podgpu_field_unavailable{{{label_pairs(pairs)}}} 1\n")
     if missing_lines:
         out.append(family_header(
             "podgpu_field_unavailable",
