@@ -97,17 +97,22 @@ class Node:
         return err
 
 
-def messages(url: str, stream: str) -> list[str]:
+def events(url: str, stream: str) -> list[dict[str, Any]]:
     try:
-        return [e["message"] for e in read_events(url, GROUP, stream)]
+        return read_events(url, GROUP, stream)
     except Exception as exc:  # the group and stream do not exist before the first send
         if "ResourceNotFound" in type(exc).__name__ or "ResourceNotFound" in str(exc):
             return []
         raise
 
 
+def messages(url: str, stream: str) -> list[str]:
+    return [e["message"] for e in events(url, stream)]
+
+
 def flushes(url: str, stream: str) -> int:
-    return len({validate(m)["_aws"]["Timestamp"] for m in messages(url, stream)})
+    """Intervals in CloudWatch: every event carries its interval's start as its timestamp."""
+    return len({e["timestamp"] for e in events(url, stream)})
 
 
 def extracted(url: str, stream: str) -> list[Extracted]:
@@ -170,6 +175,23 @@ def test_seed_config_unchanged_gives_per_pod_gpu_util_with_the_seed_dimensions(
     assert_samples_arrived(got, "DCGM_FI_DEV_GPU_UTIL", {seed_dims(): [
         (t, next(d for d in v["devices"] if d["gpu"] == "0")["values"]["DCGM_FI_DEV_GPU_UTIL"])
         for t, v in node.seen.items()]})
+
+
+def test_keep_unmatched_sends_plain_events_that_extract_nothing(moto_url: str) -> None:
+    node = Node(moto_url, SEED, "node-unmatched", "--emf-keep-unmatched=true", simulate="2")
+    try:
+        node.wait("two flushes in moto", lambda: flushes(moto_url, "node-unmatched") >= 2)
+    finally:
+        node.stop()
+    docs = [validate(m) for m in messages(moto_url, "node-unmatched")]
+    plain = [d for d in docs if "_aws" not in d]
+    # the time-sliced GPU 1's device series match the declaration but have no `pod`
+    assert any(d.get("gpu") == "1" and "DCGM_FI_DEV_GPU_TEMP" in d for d in plain)
+    assert any("DCGM_FI_DEV_GPU_TEMP" in d for d in docs if "_aws" in d)  # rides along, unbilled
+    got = extracted(moto_url, "node-unmatched")
+    assert {x.dimensions for x in got} == {seed_dims()}  # still only the exclusive pod
+    assert "DCGM_FI_DEV_GPU_UTIL" in {x.name for x in got}
+    assert {x.name for x in got} <= SEED_SELECTED
 
 
 def test_example_declarations_cover_every_pod_including_a_time_sliced_gpu(moto_url: str) -> None:
