@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from podgpu.attribution.base import Attribution
+from podgpu.attribution.scenario import SimulatedAttributor, parse_scenario
 from podgpu.backends.base import Reading
-from podgpu.backends.scenario import SimulatedAttributor, parse_scenario
 from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.collect import Collector
 from podgpu.fields.catalog import Field
