@@ -113,7 +113,8 @@ def test_bad_flags_and_env_exit_2(tmp_path: Path) -> None:
     for argv, env, needle in (
         (["serve", "--simulate", "4xFOO"], {}, "unknown model 'FOO'"),
         (["serve", "--simulate", "1", "-c", "10"], {}, "at least 100 ms"),
-        (["serve", "--simulate", "1", "--web-config-file", "w.yml"], {}, "--web-config-file"),
+        (["serve", "--simulate", "1", "--web-config-file", "w.yml"], {},
+         "w.yml: cannot read the web config"),
         (["serve", "--simulate", "1"], {"DCGM_EXPORTER_INTERVAL": "x"}, "DCGM_EXPORTER_INTERVAL"),
     ):
         res = subprocess.run([sys.executable, "-m", "podgpu", *argv], capture_output=True,
