@@ -46,7 +46,7 @@ def test_env_spelling_and_none() -> None:
 
 @pytest.mark.parametrize("value", ["justname", ":cm", "ns:", "a:b:c"])
 def test_malformed_value_is_a_one_line_config_error(value: str) -> None:
-    with pytest.raises(ConfigError, match="^--configmap-data: expected NAMESPACE:NAME"):
+    with pytest.raises(ConfigError, match=r"^--configmap-data: expected NAMESPACE:NAME"):
         parse_serve_args(["-m", value], {})
 
 
