@@ -38,14 +38,17 @@ NVIDIA_GPU_RESOURCE = "nvidia.com/gpu"
 NVIDIA_MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_GPU = re.compile(rf"^(GPU-{_UUID})(?:::(\d+))?$")
-_MIG = re.compile(rf"^(MIG-{_UUID})(?:::(\d+))?$")
-_MIG_OLD = re.compile(rf"^MIG-(GPU-{_UUID})/(\d+)/(\d+)$")
-_GKE = re.compile(r"^(nvidia\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
+# Numbers are at most 9 digits: a peer's `::<5000 digits>` is an unknown form, not a ValueError
+# from int() (found by fuzzing, issue 13).
+_N = r"\d{1,9}"
+_GPU = re.compile(rf"^(GPU-{_UUID})(?:::({_N}))?$")
+_MIG = re.compile(rf"^(MIG-{_UUID})(?:::({_N}))?$")
+_MIG_OLD = re.compile(rf"^MIG-(GPU-{_UUID})/({_N})/({_N})$")
+_GKE = re.compile(rf"^(nvidia{_N})(?:/gi({_N}))?(?:/vgpu({_N}))?$")
 # NVIDIA DRA driver device names (reference/kubelet.md §7): `gpu-<minor>`,
 # `gpu-<parent minor>-mig-<profile without dots>-<profile id>-<placement start>`
-_DRA_GPU = re.compile(r"^gpu-(\d+)$")
-_DRA_MIG = re.compile(r"^gpu-(\d+)-mig-([0-9a-z+]+)-(\d+)-(\d+)$")
+_DRA_GPU = re.compile(rf"^gpu-({_N})$")
+_DRA_MIG = re.compile(rf"^gpu-({_N})-mig-([0-9a-z+]{{1,32}})-({_N})-({_N})$")
 DRA_GPU_RESOURCE = "dra/gpu.nvidia.com"
 
 Kind = Literal["gpu-uuid", "mig-uuid", "mig-legacy", "gpu-name", "mig-name", "dra-gpu",
