@@ -8,6 +8,7 @@ received so `podgpu top --once` can be run on exactly the snapshot the page show
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
 from tests.integration.live_support import (
@@ -47,6 +49,16 @@ def browser() -> Iterator[Any]:
         b = launch(p)
         yield b
         b.close()
+
+
+@pytest.fixture(autouse=True)
+def _close_contexts(browser) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """A failed test must not leave a context polling a stopped server into the next test."""
+    yield
+    for context in browser.contexts:
+        with contextlib.suppress(PlaywrightError):
+            context.unroute_all(behavior="ignoreErrors")
+            context.close()
 
 
 @pytest.fixture
@@ -80,9 +92,15 @@ class Watch:
             route.abort()
             return
         if parts.path == "/api/v1/snapshot":
-            resp = route.fetch()
-            body = resp.body()
-            self.snapshots[json.loads(body)["cycle"]] = body
+            try:
+                resp = route.fetch()
+                body = resp.body()
+            except PlaywrightError:  # the server stopped under a poll (end of a test)
+                with contextlib.suppress(PlaywrightError):
+                    route.abort()
+                return
+            if resp.status == 200:
+                self.snapshots[json.loads(body)["cycle"]] = body
             route.fulfill(response=resp, body=body)
             return
         route.continue_()
