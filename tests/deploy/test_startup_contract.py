@@ -38,12 +38,6 @@ UUIDS = [d.uuid for d in SimulatedBackend(4, MODELS["H100"]).devices()]
 TRAIN_UID = "5d7c2f4e-1a2b-4c3d-8e9f-0a1b2c3d4e5f"
 
 
-def has_cloudwatch_flags() -> bool:
-    out = subprocess.run([sys.executable, "-m", "podgpu", "serve", "--help"], capture_output=True,
-                         text=True, timeout=60)
-    return "--cloudwatch-config" in out.stdout
-
-
 @pytest.fixture
 def kube_api() -> Iterator[KubeApi]:
     api = KubeApi().start()
@@ -85,8 +79,6 @@ def wait_until(cond: Any, proc: subprocess.Popen[str], timeout: float, what: str
 def test_daemonset_args_start_a_working_podgpu(overlay: str, tmp_path: Path,
                                                kube_api: KubeApi) -> None:
     objs = render(overlay)
-    if overlay.endswith("cloudwatch") and not has_cloudwatch_flags():
-        pytest.skip("podgpu serve has no --cloudwatch-config yet (issue 7)")
     c = container(objs)
     logs = LogsStandIn().start()
     with socket_path() as sock:
