@@ -111,6 +111,7 @@ def test_checkov_passes_every_overlay(tmp_path: Path) -> None:
         (tmp_path / (overlay.replace("/", "_") + ".yaml")).write_text(render_text(overlay))
     out = subprocess.run(
         [str(CHECKOV), "-d", str(tmp_path), "--framework", "kubernetes", "--quiet", "--compact",
+         "--skip-download",
          "-o", "json", "--skip-check", ",".join(CHECKOV_SKIPS)],
         capture_output=True, text=True, timeout=300)
     reports = json.loads(out.stdout)
