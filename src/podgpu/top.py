@@ -25,7 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -106,9 +106,15 @@ def snapshot_url(text: str) -> str:
 
 def fetch(url: str, timeout: float) -> NodeResult:
     """GET one snapshot; every failure becomes the node's error text, never an exception."""
+    deadline = time.monotonic() + timeout
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            view = json.loads(r.read())
+            chunks: list[bytes] = []
+            while chunk := r.read1(1 << 16):  # each read waits at most `timeout`
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"answer not complete in {timeout:g} s")
+            view = json.loads(b"".join(chunks))
     except urllib.error.HTTPError as exc:
         return NodeResult(url, None, f"HTTP {exc.code}")
     except (OSError, ValueError) as exc:
@@ -121,8 +127,12 @@ def fetch(url: str, timeout: float) -> NodeResult:
 
 
 def poll(urls: Sequence[str], timeout: float, pool: ThreadPoolExecutor) -> list[NodeResult]:
-    """All nodes at once; the slowest (at most `timeout`) sets the time it takes."""
-    return list(pool.map(lambda u: fetch(u, timeout), urls))
+    """All nodes at once. urllib's timeout bounds each socket operation, not the whole answer,
+    so a node that trickles bytes is cut off here at `timeout` (plus a little) and shown dead."""
+    futures = [pool.submit(fetch, u, timeout) for u in urls]
+    done, _ = wait(futures, timeout=timeout + 0.5)
+    return [f.result() if f in done else NodeResult(u, None, f"no answer in {timeout:g} s")
+            for u, f in zip(urls, futures, strict=True)]
 
 
 def clean(text: object) -> str:

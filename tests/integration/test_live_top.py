@@ -157,3 +157,34 @@ def test_top_interactive_reads_keys_in_a_terminal(serve, tmp_path: Path) -> None
             os.kill(pid, 9)
             os.waitpid(pid, 0)
         os.close(fd)
+
+
+def test_top_cuts_off_a_node_that_trickles_its_answer() -> None:
+    """Injected fault: headers at once, then one byte every 0.3 s, forever. urllib's timeout is
+    per read, so only top's own deadline ends this."""
+    import threading
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = srv.accept()
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                conn.sendall(b" ")
+            time.sleep(0.3)
+        conn.close()
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        out = top("--once", "--timeout", "1", f"127.0.0.1:{srv.getsockname()[1]}", timeout=20)
+    finally:
+        stop.set()
+        srv.close()
+    assert out.returncode == 1
+    assert "DEAD: answer not complete in 1 s" in out.stdout, out.stdout
