@@ -19,6 +19,7 @@ item 6): the picture a user sees in the dashboard's "GPU utilization per pod" pa
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import socket
@@ -51,7 +52,9 @@ def load_log(path: Path, instance: str, job: str) -> tuple[dict[Key, list[tuple[
     series: dict[Key, list[tuple[float, float]]] = {}
     target = (("instance", instance), ("job", job))
     times: list[float] = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    raw = path.read_bytes()
+    text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -156,7 +159,7 @@ def draw(result: dict[str, Any], png: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     t0 = result["start"]
-    fig, ax = plt.subplots(figsize=(10, 4.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(11, 4.4), dpi=110)
     for s in sorted(result["pods"], key=lambda s: (s["metric"].get("namespace", ""), s["metric"].get("pod", ""))):
         m = s["metric"]
         xs = [float(p[0]) - t0 for p in s["values"]]
@@ -173,7 +176,10 @@ def draw(result: dict[str, Any], png: Path, title: str) -> None:
     ax.set_ylabel("GPU utilization per pod (%)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    if "SIMULATED" in title:
+        ax.text(0.5, 0.5, "SIMULATED", transform=ax.transAxes, fontsize=40, color="grey",
+                alpha=0.12, ha="center", va="center", rotation=15)
     fig.text(0.01, 0.01, "query_range of the dashboard's per-pod expression on a Prometheus TSDB "
              "built from a 1 s podgpu scrape log (bench/scrape_picture.py)", fontsize=7, color="grey")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
