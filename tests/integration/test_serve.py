@@ -36,6 +36,8 @@ def test_serves_every_default_field_per_gpu_with_the_exact_label_set(serve) -> N
             # the built-in simulated scenario: GPU 0 held by one container (pod labels), GPU 1
             # time-sliced by two (none, no arbitrary winner), GPUs 2-3 unallocated
             pods = {"container", "namespace", "pod"} if s.labels["gpu"] == "0" else set()
+            if row.name == "DCGM_FI_DEV_XID_ERRORS":  # dcgm-exporter's XID description (issue 9)
+                pods |= {"err_code", "err_msg"}
             assert set(s.labels) == EXPECTED_LABELS | pods, (row.name, s.labels)
             assert s.labels["Hostname"] == "test-node"
     assert {s.labels["pod"] for s in fams["podgpu_gpu_allocation"]} == {
