@@ -49,6 +49,10 @@ DEFAULT_KEEPALIVE_TIMEOUT = 75.0
 Prometheus keeps reusing its connection."""
 FD_RESERVE = 128
 """Descriptors kept free below RLIMIT_NOFILE for files, the kubelet socket, NVML and logs."""
+ACCEPT_BACKLOG = 128
+"""The listen backlog. asyncio accepts up to this many connections per loop turn, and a
+connection closed to make room releases its descriptor one turn later, so the cap keeps this
+many descriptors free as well (measured: bench/RESULTS.md "HTTP load")."""
 MAX_LINE_SIZE = 8190
 MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
@@ -73,12 +77,13 @@ class Limits:
 
 
 def effective_cap(requested: int, nofile_soft: int | None = None) -> int:
-    """`requested`, lowered to stay FD_RESERVE below the soft RLIMIT_NOFILE (at least 16)."""
+    """`requested`, lowered to stay FD_RESERVE + ACCEPT_BACKLOG below the soft RLIMIT_NOFILE
+    (at least 16)."""
     if nofile_soft is None:
         nofile_soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if nofile_soft == resource.RLIM_INFINITY or nofile_soft <= 0:
         return requested
-    return max(16, min(requested, nofile_soft - FD_RESERVE))
+    return max(16, min(requested, nofile_soft - FD_RESERVE - ACCEPT_BACKLOG))
 
 
 class RateLimitedLog:

@@ -21,7 +21,13 @@ from aiohttp import web
 
 from podgpu import __version__
 from podgpu.errors import ConfigError, ListenError
-from podgpu.http.guard import SERVER_NAME, ConnectionGuard, Limits, quiet_accept_errors
+from podgpu.http.guard import (
+    ACCEPT_BACKLOG,
+    SERVER_NAME,
+    ConnectionGuard,
+    Limits,
+    quiet_accept_errors,
+)
 from podgpu.http.health import health
 from podgpu.http.live import add_live_routes, page_response
 from podgpu.http.publish import Publisher
@@ -95,7 +101,7 @@ async def serve_until_stopped(app: web.Application, host: str | None, port: int,
     quiet_accept_errors(loop, guard.rate_log)
     try:
         listener = await loop.create_server(guard, host, port, ssl=ssl_context,
-                                            reuse_address=True, backlog=512)
+                                            reuse_address=True, backlog=ACCEPT_BACKLOG)
     except OSError as exc:
         await runner.cleanup()
         raise _listen_error(exc, host, port) from None

@@ -1,0 +1,27 @@
+"""The load test's short form (issue 13 item 4): well-behaved scrapers keep a 100 % success rate
+while slowloris and half-open connections far past the connection cap attack the same port, the
+process stays under its cap of descriptors and its log stays a few lines. Counts, not times; the
+full run (100 scrapers, 1,000 slow, 20,000 half-open, p99) is in bench/RESULTS.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from load import run_load
+
+
+def test_scrapes_all_succeed_under_slow_and_half_open_connections() -> None:
+    res = run_load(argparse.Namespace(
+        scrapers=20, scrape_every=0.2, duration=8.0, slow=150, slow_every=0.5, half_open=1200,
+        gpus=2, serve_arg=["--http-max-connections", "200", "--http-request-timeout", "2"]))
+    assert res.failed == 0, res.failures
+    assert res.scrapes >= 20 * 8 / 0.2 * 0.5  # the scrapers ran (half their schedule at least)
+    assert res.half_open_opened >= 1000  # five times the cap got in, and had to be closed
+    assert res.slow_reopened > 150  # slow connections were closed (deadline or cap) and came back
+    assert res.fds_max <= 200 + 128 + 64  # cap + one accept burst + the process's own files
+    assert res.log_lines <= 10, res.log_lines  # rate-limited: no line per connection
+    assert res.exit_status == 0
