@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -340,7 +341,8 @@ def cmd_serve(settings: Settings) -> int:
 
         collector = Collector(backend, metrics.fields, attributor=attributor,
                               want_processes=attributor is not None)
-        loop = CollectLoop(collector, settings.collect_interval, on_snapshot)
+        loop = CollectLoop(collector, settings.collect_interval, on_snapshot,
+                           on_death=_stop_serving)
         if emf is not None:
             emf.start()
         loop.run_once()  # the first /metrics is valid as soon as the port accepts
@@ -370,7 +372,12 @@ def cmd_serve(settings: Settings) -> int:
         if attributor is not None:
             attributor.close()
         backend.close()
-    return 0
+    return 1 if loop.died is not None else 0
+
+
+def _stop_serving(_exc: BaseException) -> None:
+    """The collect loop died: stop the server as SIGTERM would, and exit 1 (issue 13)."""
+    signal.raise_signal(signal.SIGTERM)
 
 
 __all__ = ["main", "parse_metric_list"]

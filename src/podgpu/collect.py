@@ -106,10 +106,15 @@ class CollectLoop:
         collector: Collector,
         interval: float,
         publish: Callable[[Snapshot, float], None],
+        *,
+        on_death: Callable[[BaseException], None] | None = None,
     ) -> None:
+        """`on_death` is called (on the loop's thread) if the loop ever stops by itself."""
         self._collector = collector
         self._interval = interval
         self._publish = publish
+        self._on_death = on_death
+        self.died: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="podgpu-collect", daemon=True)
 
@@ -124,6 +129,19 @@ class CollectLoop:
         self._thread.start()
 
     def _run(self) -> None:
+        """Issue 13: a loop that dies (anything escaping the per-cycle guard, e.g. a timer that
+        overflows) must not leave the server answering the last snapshot forever."""
+        try:
+            self._ticks()
+        except BaseException as exc:
+            self.died = exc
+            log.critical("the collect loop stopped: %s: %s; podgpu exits so that it is "
+                         "restarted rather than serving stale data", type(exc).__name__, exc,
+                         exc_info=exc)
+            if self._on_death is not None:
+                self._on_death(exc)
+
+    def _ticks(self) -> None:
         next_tick = time.monotonic() + self._interval
         while not self._stop.wait(max(0.0, next_tick - time.monotonic())):
             try:
