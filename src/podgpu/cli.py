@@ -193,6 +193,8 @@ def _make_backend(settings: Settings, scenario: Scenario | None = None) -> Backe
     return NvmlBackend(
         xid_window_seconds=settings.xid_count_window_ms / 1000.0,
         clock_events_window_seconds=settings.clock_events_count_window_ms / 1000.0,
+        # a hung GPU costs at most this much of a cycle (issue 13): 0.8 interval, 1..10 s
+        read_timeout_seconds=min(10.0, max(1.0, 0.8 * settings.collect_interval)),
     )
 
 

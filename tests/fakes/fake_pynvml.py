@@ -170,6 +170,9 @@ class FakeGpu:
     proc_samples: list[tuple[int, int, int]] = field(default_factory=list)
     """(pid, timestamp_us, smUtil) as nvmlDeviceGetProcessUtilization reports them."""
     event_types: int = 0xFF9F
+    hold: threading.Event | None = None
+    """Fault injection (issue 13): while set to an unset Event, every call on this GPU blocks,
+    as a call into a wedged driver does."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,8 @@ class FakeNvml(ModuleType):
         if handle is None:
             return None
         gpu = handle.gpu
+        if gpu.hold is not None:
+            gpu.hold.wait()
         if gpu.lost:
             raise NVMLError(GPU_IS_LOST)
         if name in gpu.errors:

@@ -2,24 +2,28 @@
 
 Per cycle and per GPU: one `nvmlDeviceGetFieldValues` batch for every batchable field, one call per
 distinct (function, argument) for the rest, one GPM metrics call over a rolling sample pair for the
-DCGM_FI_PROF_* ratios, XIDs from an event thread. GPUs are read concurrently on a small thread pool
-(ctypes releases the GIL during NVML calls), so a cycle costs about one GPU's time, not the sum.
+DCGM_FI_PROF_* ratios, XIDs from an event thread. GPUs are read concurrently, one worker thread
+each (ctypes releases the GIL during NVML calls), so a cycle costs about one GPU's time, not the
+sum. The cycle waits for them up to `read_timeout_seconds`: a GPU whose NVML call hangs is reported
+as not answering, and skipped until that call returns, while the others keep reporting
+(backends/deadline.py, issue 13).
 A GPU that fails with GpuIsLost/Unknown goes into `Reading.lost`, the others keep reporting, and it
 is looked for again every `retry_seconds`. See docs/nvml.md.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from types import ModuleType
 
 from podgpu.backends import derived, nvml_lib
 from podgpu.backends.base import Reading
+from podgpu.backends.deadline import Workers
 from podgpu.backends.nvml_events import EventWatcher, WindowCounter
 from podgpu.backends.nvml_gpm import GpmStream, gpm_support
 from podgpu.backends.nvml_lib import Lib, text
@@ -42,6 +46,10 @@ class GpuResult:
     lost: str | None = None
 
 
+DEFAULT_READ_TIMEOUT = 5.0
+"""Seconds a cycle waits for a GPU's reads (the CLI passes one below the collect interval)."""
+
+
 class NvmlBackend:
     """Reads NVIDIA GPUs through NVML. Construct, `open()`, then `read()` once per cycle."""
 
@@ -54,6 +62,7 @@ class NvmlBackend:
         clock_events_window_seconds: float = 300.0,
         pynvml_module: ModuleType | None = None,
         retry_seconds: float = 2.0,
+        read_timeout_seconds: float = DEFAULT_READ_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._module = pynvml_module
@@ -65,7 +74,8 @@ class NvmlBackend:
         self._gpus: list[GpuState] = []
         self._info: dict[str, str] = {}
         self._events: EventWatcher | None = None
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._read_timeout = read_timeout_seconds
+        self._workers = Workers()
         self._plans: dict[tuple[str, ...], Plan] = {}
         self._p2p_key: tuple[str, ...] = ()
         self._p2p: dict[tuple[int, int], int] = {}
@@ -106,9 +116,6 @@ class NvmlBackend:
         self._events = EventWatcher(lib, reachable, xid_window=self._xid_window,
                                     on_mig_change=self._mark_mig_dirty, clock=self._clock)
         self._events.start()
-        if count > 1:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=min(count - 1, 32), thread_name_prefix="podgpu-nvml")
 
     @staticmethod
     def _optional_info(lib: Lib) -> dict[str, str]:
@@ -191,9 +198,8 @@ class NvmlBackend:
         if self._events is not None:
             self._events.stop()
             self._events = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self._workers.close()
+        self._workers = Workers()
         for gpu in self._gpus:
             gpu.free_gpm()
         if self._lib is not None:
@@ -235,15 +241,25 @@ class NvmlBackend:
         if self._mig_dirty:
             self._rediscover_mig()
         live = [g for g in self._gpus if g.lost is None]
-        results: list[GpuResult] = []
-        if live:
-            futures = ([self._pool.submit(self._read_one, g, plan, processes) for g in live[1:]]
-                       if self._pool is not None else [])
-            results.append(self._read_one(live[0], plan, processes))
-            if self._pool is None:
-                results.extend(self._read_one(g, plan, processes) for g in live[1:])
-            results.extend(f.result() for f in futures)
-        by_gpu = dict(zip((g.index for g in live), results, strict=True))
+        by_gpu: dict[int, GpuResult] = {}
+        ready = []
+        for g in live:
+            age = self._workers.stuck(g.index)
+            if age is None:
+                ready.append(g)
+            else:  # counted once, when it timed out; reported every cycle until it returns
+                by_gpu[g.index] = GpuResult(lost=f"an NVML call has not returned for {age:.0f} s")
+        futures = self._workers.run(
+            ((g.index, partial(self._read_one, g, plan, processes)) for g in ready),
+            self._read_timeout)
+        for index, fut in futures.items():
+            if fut.done():
+                by_gpu[index] = fut.result()
+                continue
+            why = f"NVML did not answer within {self._read_timeout:g} s"
+            by_gpu[index] = GpuResult(errors=1, lost=why)
+            log.error("nvidia%s: %s; the other GPUs keep reporting, this one is skipped until "
+                      "the call returns", index, why)
         samples: list[Sample] = []
         procs: list[GpuProcess] = []
         lost: list[tuple[str, str]] = []

@@ -1,0 +1,91 @@
+"""One daemon worker thread per GPU, and a deadline on each cycle's reads (issue 13).
+
+NVML has no per-call timeout: a call into a wedged driver can block for minutes, and the thread
+that made it cannot be interrupted. So each GPU is read on its own worker, the cycle waits for
+all of them up to a deadline, and a GPU whose worker has not answered is reported as not
+answering (and skipped while its call is still stuck) instead of stalling the other GPUs.
+
+Workers are daemon threads, not a ThreadPoolExecutor: the executor joins its threads at exit, so
+one stuck NVML call would keep podgpu from ever exiting on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+
+class Workers:
+    """`run(jobs, deadline)` runs each (key, fn) on that key's worker and waits up to `deadline`
+    seconds in all; `stuck(key)` says whether a key's previous job has not returned yet."""
+
+    def __init__(self, name: str = "podgpu-nvml") -> None:
+        self._name = name
+        self._queues: dict[Hashable, queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]
+                                                       | None]] = {}
+        self._busy: dict[Hashable, tuple[Future[Any], float]] = {}
+
+    def stuck(self, key: Hashable) -> float | None:
+        """Seconds since the key's unfinished job started, or None when it is free."""
+        busy = self._busy.get(key)
+        if busy is None:
+            return None
+        if busy[0].done():
+            del self._busy[key]
+            return None
+        return time.monotonic() - busy[1]
+
+    def run(self, jobs: Iterable[tuple[K, Callable[[], T]]], deadline: float
+            ) -> dict[K, Future[T]]:
+        """Submit every job, wait until all are done or `deadline` seconds passed; the futures
+        of those not done are left running and their keys report `stuck`."""
+        futures: dict[K, Future[T]] = {}
+        start = time.monotonic()
+        for key, fn in jobs:
+            fut: Future[T] = Future()
+            self._queue(key).put((fn, fut))
+            self._busy[key] = (fut, start)
+            futures[key] = fut
+        end = start + deadline
+        for fut in futures.values():
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            with contextlib.suppress(Exception):  # the caller reads each outcome itself
+                fut.result(timeout=left)
+        return futures
+
+    def close(self) -> None:
+        """Ask every worker to stop; a stuck one ends with the process (it is a daemon)."""
+        for q in self._queues.values():
+            q.put(None)
+        self._queues.clear()
+
+    def _queue(self, key: Hashable) -> queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]
+                                                         | None]:
+        q = self._queues.get(key)
+        if q is None:
+            q = queue.SimpleQueue()
+            self._queues[key] = q
+            threading.Thread(target=_work, args=(q,), name=f"{self._name}-{key}",
+                             daemon=True).start()
+        return q
+
+
+def _work(q: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None]) -> None:
+    while (item := q.get()) is not None:
+        fn, fut = item
+        if not fut.set_running_or_notify_cancel():
+            continue
+        try:
+            fut.set_result(fn())
+        except BaseException as exc:  # handed to the caller through the future
+            fut.set_exception(exc)

@@ -1,0 +1,60 @@
+"""Issue 13: an NVML call that hangs (a wedged driver) stalls only its GPU: the cycle waits up to
+the read deadline, reports that GPU as not answering, skips it while the call is stuck, and
+reads it again once the call returns. The hang is injected in the fake binding (FakeGpu.hold)."""
+
+from __future__ import annotations
+
+import threading
+
+from podgpu.backends.nvml import NvmlBackend
+from tests.conftest import FakeClock
+from tests.fakes.fake_pynvml import FakeGpu, FakeNvml
+from tests.integration.kubelet_fake import wait_for
+from tests.unit.backends.test_nvml import BY_NAME
+
+WANTED = [BY_NAME[n] for n in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE")]
+
+
+def gpus(n: int) -> list[FakeGpu]:
+    return [FakeGpu(f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd", minor=i,
+                    bus_id=f"00000000:{0x18 + i:02X}:00.0") for i in range(n)]
+
+
+def test_a_hung_call_stalls_only_its_gpu_and_is_read_again_after_it_returns() -> None:
+    nv = FakeNvml(gpus(3))
+    b = NvmlBackend(pynvml_module=nv, clock=FakeClock(), read_timeout_seconds=0.3)  # type: ignore[arg-type]
+    b.open()
+    hold = threading.Event()
+    try:
+        assert len(b.read(WANTED).samples) == 3
+        nv.gpus[1].hold = hold  # the next call on GPU 1 blocks
+        r = b.read(WANTED)
+        assert sorted(s.device.index for s in r.samples) == [0, 2]
+        assert r.lost == (("nvidia1", "NVML did not answer within 0.3 s"),)
+        assert r.errors == 1
+        r = b.read(WANTED)  # still stuck: skipped, said so, not counted again
+        assert sorted(s.device.index for s in r.samples) == [0, 2]
+        assert r.lost[0][0] == "nvidia1" and "has not returned for" in r.lost[0][1]
+        assert r.errors == 0
+        nv.gpus[1].hold = None
+        hold.set()  # the driver answers at last
+        wait_for(lambda: b._workers.stuck(1) is None)
+        r = b.read(WANTED)
+        assert sorted(s.device.index for s in r.samples) == [0, 1, 2] and r.lost == ()
+    finally:
+        hold.set()
+        b.close()
+
+
+def test_a_single_gpu_node_reports_its_hung_gpu_instead_of_stalling() -> None:
+    nv = FakeNvml(gpus(1))
+    b = NvmlBackend(pynvml_module=nv, clock=FakeClock(), read_timeout_seconds=0.2)  # type: ignore[arg-type]
+    b.open()
+    hold = threading.Event()
+    try:
+        nv.gpus[0].hold = hold
+        r = b.read(WANTED)
+        assert r.samples == () and r.lost == (("nvidia0", "NVML did not answer within 0.2 s"),)
+    finally:
+        hold.set()
+        b.close()
