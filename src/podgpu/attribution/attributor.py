@@ -219,6 +219,9 @@ def build_attributor(
         PodResourcesClient(
             pod_resources_kubelet_socket, poll_interval_seconds=poll_interval_seconds / 2,
             dra=kubernetes_enable_dra, timeout_seconds=list_deadline(poll_interval_seconds),
+            # retry a missing kubelet at least once per collect interval, so labels return
+            # within two intervals after it does (issue 13; measured in bench/RESULTS.md)
+            max_backoff_seconds=poll_interval_seconds,
         ),
         stale_after_seconds=stale_after(poll_interval_seconds),
         id_type=id_type,

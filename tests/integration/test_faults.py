@@ -1,0 +1,23 @@
+"""Issue 13 item 3, the kubelet gone and back, short form of bench/faults.py (whose 5-minute
+figure is in bench/RESULTS.md): GPU series on every scrape and a collect cycle per interval while
+the socket is gone, pod labels dropped, and back within two collect cycles of its return. Counted
+in scrapes and cycles, not seconds."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from faults import kubelet_outage
+
+
+def test_kubelet_gone_and_back() -> None:
+    res = kubelet_outage(outage=4.0, interval_ms=250, gpus=4)
+    assert res.failed_scrapes == 0
+    assert res.scrapes_missing_gpus == 0  # every GPU on every scrape, kubelet or not
+    assert res.cycles_after_outage - res.cycles_before >= 4.0 / 0.25 / 2  # the loop kept going
+    assert res.labels_gone_after_intervals is not None  # stale labels were dropped
+    assert res.labels_back_after_cycles is not None and res.labels_back_after_cycles <= 2
+    assert res.kubelet_errors_during_outage >= 1  # and the outage was counted
