@@ -62,11 +62,13 @@ def machine_busy() -> tuple[int, int]:
     return sum(parts) - idle, sum(parts)
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 120.0,
+              log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"{proc.args!r} exited with {proc.returncode}")
+            tail = log.read_text(errors="replace")[-1500:] if log and log.exists() else ""
+            raise SystemExit(f"{proc.args!r} exited with {proc.returncode}: {tail}")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
@@ -122,15 +124,27 @@ def main(argv: list[str]) -> int:
     nodes: list[tuple[subprocess.Popen[bytes], int]] = []
     prom_proc: subprocess.Popen[bytes] | None = None
     try:
-        for i in range(args.nodes):
+        def start(i: int) -> tuple[subprocess.Popen[bytes], int]:
             port = free_port()
             env = {**os.environ, "NODE_NAME": f"fleet-node-{i:03d}", "PYTHONPATH": str(ROOT / "src")}
-            p = subprocess.Popen([sys.executable, "-m", "podgpu", "serve", "--simulate",
-                                  str(args.gpus), "--address", f"127.0.0.1:{port}"],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            nodes.append((p, port))
-        for p, port in nodes:
-            wait_http(f"http://127.0.0.1:{port}/metrics", p)
+            with open(work / f"node-{i:03d}.log", "wb") as log:
+                p = subprocess.Popen([sys.executable, "-m", "podgpu", "serve", "--simulate",
+                                      str(args.gpus), "--address", f"127.0.0.1:{port}"],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=log)
+            return p, port
+
+        nodes.extend(start(i) for i in range(args.nodes))
+        for i in range(args.nodes):
+            for attempt in range(5):
+                p, port = nodes[i]
+                try:
+                    wait_http(f"http://127.0.0.1:{port}/metrics", p, log=work / f"node-{i:03d}.log")
+                    break
+                except SystemExit as exc:
+                    # another process on this shared machine took the free port first: retry
+                    if "already in use" not in str(exc) or attempt == 4:
+                        raise
+                    nodes[i] = start(i)
         pport = free_port()
         rules = RULES
         if args.rules_interval:
