@@ -305,6 +305,9 @@ class NvmlBackend:
                 out.append(s)
                 continue
             peers = sorted((b, st) for (a, b), st in self._p2p.items() if a == s.device.index)
+            if not peers:  # a single-GPU node (or every other GPU lost): say so, don't vanish
+                out.append(replace(s, missing={**s.missing, f.name: "no peer GPU on this node"}))
+                continue
             out.append(replace(s, labeled=s.labeled + derived.p2p_series(peers)))
         return out
 

@@ -444,3 +444,15 @@ def test_issue9_fields_health_and_p2p_from_nvml() -> None:
         assert all(lv.value == 0 for lv in s[1].labeled if lv.field == "DCGM_EXP_GPU_HEALTH_STATUS")
     finally:
         b.close()
+
+
+def test_p2p_status_on_a_single_gpu_node_is_unavailable_with_a_reason() -> None:
+    # Found on the H200 (bench/results/h200-compat-2026-12-03.json): with no peer GPU the row was
+    # neither exported nor listed in podgpu_field_unavailable.
+    b = opened(FakeNvml(gpus(1)))
+    try:
+        (sample,) = b.read(fields("DCGM_EXP_P2P_STATUS")).samples
+    finally:
+        b.close()
+    assert not [lv for lv in sample.labeled if lv.field == "DCGM_EXP_P2P_STATUS"]
+    assert "peer" in sample.missing["DCGM_EXP_P2P_STATUS"]
