@@ -79,11 +79,33 @@ def render_default(snapshot: Snapshot, **label_opts: object) -> bytes:
     return render(snapshot, load_default(), RenderOptions(opts, BUILD, (("render", 0.0002),)))
 
 
+def render_1x(snapshot: Snapshot) -> bytes:
+    """dcgm-exporter's 1.x list (all rows enabled) with -o: dcgm_* names, 1.x labels (issue 9)."""
+    from pathlib import Path
+
+    from podgpu.fields.metriclist import parse_metric_list
+
+    path = Path(__file__).resolve().parents[2] / "fixtures/dcgm-exporter/1.x-compatibility-metrics.csv"
+    text = "\n".join(line.lstrip("# ") if line.startswith("# dcgm_") else line
+                     for line in path.read_text().splitlines())
+    ml = parse_metric_list(text, "1.x")
+    clock = _Clock()
+    backend = SimulatedBackend(3, MODELS["H100"], clock=clock)
+    clock.now = T0 + 5.0
+    samples = backend.read(ml.fields).samples  # the 1.x fields, read as serve would read them
+    snap = Snapshot(taken_at=clock.now, samples=samples, stages=snapshot.stages,
+                    allocations=snapshot.allocations, processes=snapshot.processes,
+                    errors_total=snapshot.errors_total, cycle=snapshot.cycle)
+    opts = LabelOptions(hostname="node-a", old_namespace=True)
+    return render(snap, ml, RenderOptions(opts, BUILD, ()))
+
+
 CASES = {
     "simulated-4xH100.prom": lambda: render_default(simulated_snapshot()),
     "simulated-2xA10G.prom": lambda: render_default(simulated_snapshot(2, "A10G")),
     "pods.prom": lambda: render_default(pods_snapshot()),
     "pods-virtual-gpus.prom": lambda: render_default(pods_snapshot(), virtual_gpus=True),
+    "pods-1x-old-namespace.prom": lambda: render_1x(pods_snapshot()),
 }
 
 if __name__ == "__main__":
