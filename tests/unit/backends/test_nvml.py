@@ -456,3 +456,18 @@ def test_p2p_status_on_a_single_gpu_node_is_unavailable_with_a_reason() -> None:
         b.close()
     assert not [lv for lv in sample.labeled if lv.field == "DCGM_EXP_P2P_STATUS"]
     assert "peer" in sample.missing["DCGM_EXP_P2P_STATUS"]
+
+
+def test_per_link_nvlink_bandwidth_reads_its_own_link() -> None:
+    # DCGM_FI_DEV_NVLINK_BANDWIDTH_L<n> (issue 9): TX+RX field values scoped to link n, not the
+    # all-links scope the total uses; L6 is DCGM id 475 (the ids are not contiguous)
+    from podgpu.backends.nvml_lib import Lib
+    from podgpu.backends.nvml_plan import ALL_LINKS, build_plan
+
+    nv = FakeNvml(gpus(1))
+    lib = Lib(nv)  # type: ignore[arg-type]
+    tx, rx = nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+    plan = build_plan(lib, fields("DCGM_FI_DEV_NVLINK_BANDWIDTH_L6",
+                                  "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"))
+    assert BY_NAME["DCGM_FI_DEV_NVLINK_BANDWIDTH_L6"].id == 475
+    assert plan.batch() == [(tx, 6), (rx, 6), (tx, ALL_LINKS), (rx, ALL_LINKS)]
