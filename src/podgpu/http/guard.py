@@ -61,7 +61,7 @@ LOG_EVERY_SECONDS = 60.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
-    """The listener's limits; the defaults are documented in docs/security-limits.md."""
+    """The listener's limits; the defaults are documented in docs/limits.md."""
 
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
