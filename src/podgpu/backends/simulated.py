@@ -217,8 +217,11 @@ class SimulatedBackend:
             labeled.extend(derived.health_series(values, labeled))
         if derived.P2P in exp:
             status = 0 if self._model.nvlink else 5  # OK, or NotSupported without NVLink
-            labeled.extend(derived.p2p_series(
-                (d.index, status) for d in self._devices if d.index != dev.index))
+            peers = [(d.index, status) for d in self._devices if d.index != dev.index]
+            if peers:
+                labeled.extend(derived.p2p_series(peers))
+            else:  # a one-GPU node: say so rather than vanish (as the NVML backend does)
+                missing[derived.P2P] = "no peer GPU on this node"
         return Sample(dev, values, missing, tuple(labeled))
 
     def _window(self, seconds: float) -> tuple[str, str]:

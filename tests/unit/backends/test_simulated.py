@@ -127,3 +127,10 @@ def test_scenario_xids_drive_the_last_xid_and_the_windowed_count() -> None:
     assert all(lv.value == 0 for lv in s.labeled if lv.field != "DCGM_EXP_XID_ERRORS_COUNT")
     assert [dict(lv.labels) for lv in s.labeled if lv.field == "DCGM_EXP_P2P_STATUS"] == [
         {"link_status": "OK", "peer_gpu": "1"}]
+
+
+def test_p2p_on_a_one_gpu_node_is_unavailable_not_absent() -> None:
+    from podgpu.fields.catalog import BY_NAME
+
+    s = SimulatedBackend(1, MODELS["H200"]).read([BY_NAME["DCGM_EXP_P2P_STATUS"]]).samples[0]
+    assert s.labeled == () and s.missing == {"DCGM_EXP_P2P_STATUS": "no peer GPU on this node"}
