@@ -243,7 +243,7 @@ def make_emf_sink(settings: Settings, metrics: MetricList, label_opts: LabelOpti
     target = parse_target(settings.emf_destination)
     cluster = settings.cluster_name or config.cluster_name
     group = settings.emf_log_group or config.log_group_name or DEFAULT_LOG_GROUP
-    if "{ClusterName}" in group and not cluster:
+    if "{ClusterName}" in group and not cluster and target.kind != "stdout":  # stdout: no group
         raise ConfigError(
             f"the log group {group!r} needs a cluster name: pass --cluster-name NAME (or set "
             "cluster_name in the agent config, or --emf-log-group)")

@@ -148,3 +148,32 @@ def test_bad_emf_flags(args: list[str], expect: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_serve_args(args)
     assert expect in str(err.value)
+
+
+def test_stdout_needs_no_cluster_name_but_cloudwatch_does() -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[4]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = [sys.executable, "-m", "podgpu", "serve", "--simulate", "1", "-a",
+            f"127.0.0.1:{port}", "--cloudwatch-config", str(SEED)]
+    env = {"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"}
+    res = subprocess.run([*base, "--emf-destination", "cloudwatch"], capture_output=True,
+                         text=True, timeout=30, env=env)
+    assert res.returncode == 2 and "needs a cluster name" in res.stderr
+    proc = subprocess.Popen([*base, "--emf-destination", "stdout"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:  # ends when the process ends: a config error would end it
+            seen.append(line)
+            if "listening on" in line:
+                break
+        assert any("listening on" in line for line in seen), seen
+    finally:
+        proc.terminate()
+        proc.wait(10)
