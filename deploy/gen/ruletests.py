@@ -9,6 +9,7 @@ expected annotations are the rule's templates with those labels substituted.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -232,10 +233,15 @@ def build(rule_file: str = "../podgpu.rules.yml") -> dict[str, Any]:
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}
 
 
+@functools.cache
 def _wanted(name: str) -> bool:
     """Only the families the rules read, to keep the test file reviewable."""
-    text = rules.render_plain()
-    return name == "up" or re.search(rf"\b{re.escape(name)}\b", text) is not None
+    return name == "up" or re.search(rf"\b{re.escape(name)}\b", _rules_text()) is not None
+
+
+@functools.cache
+def _rules_text() -> str:
+    return rules.render_plain()
 
 
 def render() -> str:
