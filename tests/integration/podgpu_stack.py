@@ -77,15 +77,16 @@ class Stack:
 
     def _wait_for_data(self, timeout: float = 60.0) -> None:
         """Until both targets are up, every recording rule has produced series and there are
-        6 s of samples (enough for the rate and range panels)."""
+        6 scrapes of each target are stored (enough for the rate and range panels)."""
         assert self.prom is not None
         start = time.monotonic()
         while time.monotonic() - start < timeout:
             up = self.prom.query("up")
             rec = self.prom.query("pod_gpu:podgpu_gpu_utilization:ratio")
             mem = self.prom.query("namespace:podgpu_gpu_memory_used:bytes")
+            scrapes = self.prom.query("count_over_time(up[1m])")
             if (len(up) == 2 and all(r["value"][1] == "1" for r in up) and len(rec) == 4
-                    and mem and time.monotonic() - start > 6):
+                    and mem and len(scrapes) == 2 and all(int(r["value"][1]) >= 6 for r in scrapes)):
                 return
             time.sleep(0.5)
         raise AssertionError(f"no data in time: up={self.prom.query('up')}")
