@@ -75,3 +75,22 @@ def test_a_bad_log_line_names_the_file_and_line(tmp_path: Path) -> None:
                         str(tmp_path / "x.png")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert f"{log}:2: not a scrape-log line" in r.stderr
+
+
+def test_the_h200_log_gives_the_pod_its_exclusive_gpus_square_wave(tmp_path: Path) -> None:
+    """The README picture's data: the real H200 run's scrape log through the same pipeline. The
+    pod holds GPU 0 alone, so its line is the device's at every step, and the burn shows."""
+    ensure_installed()
+    log = ROOT / "bench" / "results" / "h200-scrape-log-2026-12-03.jsonl.gz"
+    out = tmp_path / "h200.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "scrape_picture.py"), str(log),
+                        str(tmp_path / "h200.png"), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    (pod,) = res["pods"]
+    assert pod["metric"] == {"namespace": "default", "pod": "gpu-burn-6c9d8f7b5-x2x7q"}
+    (dev,) = res["gpus"]
+    assert pod["values"] == dev["values"]
+    values = [float(v) for _, v in pod["values"]]
+    assert values.count(1.0) >= 60 and values.count(0.0) >= 60  # ~20 s on / 20 s off for 140 s
