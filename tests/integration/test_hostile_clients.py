@@ -152,3 +152,27 @@ def test_listen_failures_are_one_line_with_the_documented_exit_status() -> None:
         last = res.stderr.strip().splitlines()[-1]
         assert last.startswith(f"podgpu: --address {address}: ") and needle in last, last
 
+
+
+def test_a_tls_handshake_that_never_finishes_is_closed_by_the_request_deadline(
+        serve, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # asyncio's own TLS handshake timeout is 60 s, and the guard only sees a connection after
+    # its handshake: without passing the deadline on, these would hold descriptors for a minute.
+    from tests.tlsutil import Pki
+
+    pki = Pki(tmp_path / "pki", "t")
+    leaf = pki.leaf("server", server=True)
+    config = tmp_path / "web.yml"
+    config.write_text(f"tls_server_config:\n  cert_file: {leaf.cert}\n  key_file: {leaf.key}\n")
+    p = serve("--simulate", "1", "--web-config-file", str(config), "--http-request-timeout", "1")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:  # ready: the TLS port accepts
+        try:
+            socket.create_connection(("127.0.0.1", p.port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    silent = [socket.create_connection(("127.0.0.1", p.port)) for _ in range(5)]
+    partial = socket.create_connection(("127.0.0.1", p.port))
+    partial.sendall(b"\x16\x03\x01\x02\x00\x01")  # the start of a ClientHello, then nothing
+    assert all(closed_by_peer(s, 10.0) for s in [*silent, partial])

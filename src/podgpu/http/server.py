@@ -100,8 +100,10 @@ async def serve_until_stopped(app: web.Application, host: str | None, port: int,
     guard = ConnectionGuard(runner.server, limits, loop=loop)
     quiet_accept_errors(loop, guard.rate_log)
     try:
-        listener = await loop.create_server(guard, host, port, ssl=ssl_context,
-                                            reuse_address=True, backlog=ACCEPT_BACKLOG)
+        # A TLS handshake happens before the guard sees the connection: bound it the same way.
+        listener = await loop.create_server(
+            guard, host, port, ssl=ssl_context, reuse_address=True, backlog=ACCEPT_BACKLOG,
+            ssl_handshake_timeout=limits.request_timeout if ssl_context is not None else None)
     except OSError as exc:
         await runner.cleanup()
         raise _listen_error(exc, host, port) from None
