@@ -2,7 +2,7 @@
 """Record a scrape log: GET a podgpu /metrics every second for N seconds (standard library only,
 so it runs on a GPU machine with nothing installed).
 
-Output, one JSON object per line (the format bench/h200_prod_run.py and bench/h200_emf_burn.py
+Output, one JSON object per line (the format bench/h200_prod_run.py
 also write, and bench/scrape_picture.py reads):
 
     {"t": <unix seconds, float>, "body": "<the /metrics text exactly as served>"}
