@@ -2,8 +2,8 @@
 """Record a scrape log: GET a podgpu /metrics every second for N seconds (standard library only,
 so it runs on a GPU machine with nothing installed).
 
-Output, one JSON object per line (the format bench/h200_prod_run.py
-also write, and bench/scrape_picture.py reads):
+Output, one JSON object per line (the format bench/h200_prod_run.py also
+writes, and bench/scrape_picture.py reads):
 
     {"t": <unix seconds, float>, "body": "<the /metrics text exactly as served>"}
     {"t": <unix seconds, float>, "error": "<why the scrape failed>"}
