@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -43,56 +42,15 @@ SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 NODE = "ip-10-0-1-5.ec2.internal"
 
 
-class LogsStandIn:
-    """Answers CloudWatch Logs' JSON API with success and records every PutLogEvents event."""
-
-    def __init__(self, path: Path) -> None:
-        self.events = 0
-        out = open(path, "w")  # noqa: SIM115 - closed in close()
-        self._out = out
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
-                if self.headers.get("X-Amz-Target", "").endswith("PutLogEvents"):
-                    for e in body.get("logEvents", []):
-                        out.write(e["message"] + "\n")
-                        stand_in.events += 1
-                    out.flush()
-                data = b"{}"
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-amz-json-1.1")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._out.close()
-
-
 def self_signed(tmp: Path) -> tuple[Path, Path]:
-    """A loopback certificate for the API stand-in (openssl; or a pair made beforehand in
-    $PODGPU_BENCH_CERT_DIR, for machines without openssl)."""
+    """A loopback certificate for the API stand-in (tests/deploy/standins.py, openssl; or a pair
+    made beforehand in $PODGPU_BENCH_CERT_DIR, for machines without openssl)."""
     given = os.environ.get("PODGPU_BENCH_CERT_DIR")
     if given:
         return Path(given) / "api.crt", Path(given) / "api.key"
-    cert, key = tmp / "api.crt", tmp / "api.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
-    return cert, key
+    from tests.deploy.standins import self_signed as make
+
+    return make(tmp)
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -157,7 +115,9 @@ def main() -> int:
     api.put(pod(POD[3], POD[0], POD[1], node=NODE, labels={"app": "gpu-burn"},
                 containers={POD[2]: "a" * 64}))
     api_port = api.url.rsplit(":", 1)[1]
-    logs = LogsStandIn(out / "h200-emf-events.jsonl")
+    from tests.deploy.standins import LogsStandIn
+
+    logs = LogsStandIn().start()
     uuid = gpu0_uuid(args.dry_run)
     summary: dict[str, Any] = {"gpu0_uuid": uuid, "pod": "/".join(POD[:3]),
                                "dry_run": args.dry_run, "duration_s": args.duration}
@@ -189,7 +149,9 @@ def main() -> int:
             kubelet.stop()
     finally:
         api.stop()
-        logs.close()
+        logs.stop()
+        with open(out / "h200-emf-events.jsonl", "w") as fh:
+            fh.writelines(m + "\n" for m in logs.messages)
         if created:
             shutil.rmtree(created[0], ignore_errors=True)  # only what this run created
         shutil.rmtree(tmp, ignore_errors=True)
