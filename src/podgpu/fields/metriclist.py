@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import csv
 import io
+import os
+import stat
 from dataclasses import dataclass
 from importlib import resources
 
@@ -29,6 +31,10 @@ RENDERED_AS = {"histogram": "gauge", "summary": "gauge"}
 NOT_READABLE = "not readable through NVML"
 STRING_AS_NUMBER = "a string field; list it with type label"
 DEFAULT_NAME = "default-counters.csv"
+DEFAULT_PATH = "/etc/dcgm-exporter/default-counters.csv"
+"""dcgm-exporter's `-f` default: a chart that mounts its own list there expects it to be used."""
+MAX_LIST_BYTES = 4 * 1024 * 1024
+"""A list of every DCGM field is ~110 KiB; a larger file is a mistake (or `-f /dev/zero`)."""
 MAX_ROW_WARNINGS = 20
 """More unavailable rows than this are summarised in one warning."""
 
@@ -98,11 +104,6 @@ class MetricList:
         for r in self.metrics + self.labels:
             out[r.name] = (*out.get(r.name, ()), r.out)
         return out
-
-    def without(self, names: set[str]) -> MetricList:
-        """The same list without some metric rows (e.g. DCP rows on a node without GPM)."""
-        keep = tuple(r for r in self.metrics if r.name not in names)
-        return MetricList(self.path, keep, self.labels, self.warnings, self.unavailable)
 
 
 # What the exporter-computed fields are derived from (read even when not listed).
@@ -187,16 +188,68 @@ def parse_metric_list(text: str, path: str = "<string>") -> MetricList:
     return MetricList(path, tuple(metrics), tuple(labels), tuple(warnings), tuple(unavailable))
 
 
-def load_metric_list(path: str) -> MetricList:
-    """Read and parse a metric list file; unreadable files are MetricListError at line 0."""
+def read_list_file(path: str, *, limit: int = MAX_LIST_BYTES) -> tuple[str, str | None]:
+    """The text of a list file and a warning when it was not UTF-8.
+
+    Only a regular file is read (a FIFO would block start-up, `/dev/zero` never ends), and at most
+    `limit` bytes. dcgm-exporter's Go CSV reader passes bytes that are not UTF-8 through
+    unchanged; podgpu reads them as U+FFFD (they can only sit in comments or help texts, since
+    every DCGM name is ASCII) and says on which line the first one is."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except UnicodeDecodeError as exc:
-        raise MetricListError(path, 0, f"not UTF-8 text: {exc.reason}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise MetricListError(path, 0, f"cannot read: {exc.strerror or exc}") from None
-    return parse_metric_list(text, path)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise MetricListError(path, 0, "not a regular file; give the path of a CSV file")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise MetricListError(path, 0, f"larger than {limit // 1024} KiB; a metric list of "
+                                       "every DCGM field is ~110 KiB")
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return (data.decode("utf-8", errors="replace"),
+                f"{path}:{line}: not UTF-8 text ({exc.reason}); read with U+FFFD in place of the "
+                "bad bytes, as dcgm-exporter reads it byte for byte")
+
+
+def load_metric_list(path: str) -> MetricList:
+    """Read and parse a metric list file; an unreadable file is MetricListError at line 0."""
+    text, warning = read_list_file(path)
+    parsed = parse_metric_list(text, path)
+    if warning is None:
+        return parsed
+    return MetricList(parsed.path, parsed.metrics, parsed.labels, (warning, *parsed.warnings),
+                      parsed.unavailable)
+
+
+def resolve_list_path(collectors: str | None, default_path: str = DEFAULT_PATH) -> str | None:
+    """The list file to use: `-f` when given, else dcgm-exporter's default path when a file is
+    there (a chart mounts its list there), else None for the embedded default."""
+    if collectors is not None:
+        return collectors
+    return default_path if os.path.lexists(default_path) else None
+
+
+def describe_source(path: str | None, collectors: str | None) -> str:
+    """One log line saying which list is used and why."""
+    if path is None:
+        return (f"metric list: the embedded {DEFAULT_NAME} (no -f and no {DEFAULT_PATH})")
+    if collectors is None:
+        return f"metric list: {path} (dcgm-exporter's default path; -f not given)"
+    return f"metric list: {path}"
+
+
+def empty_list_warning(parsed: MetricList) -> str | None:
+    """dcgm-exporter starts on a list of only comments or label rows (and exports no GPU metric);
+    so does podgpu, saying so."""
+    if parsed.metrics:
+        return None
+    return (f"{parsed.path}: the metric list has no metric rows (only comments, blank lines or "
+            "label rows): no GPU metric will be exported until the list is fixed")
 
 
 def default_text() -> str:

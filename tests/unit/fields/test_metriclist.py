@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from podgpu.errors import MetricListError
 from podgpu.fields import load_default, load_metric_list, parse_metric_list
+from podgpu.fields.metriclist import (
+    describe_source,
+    empty_list_warning,
+    read_list_file,
+    resolve_list_path,
+)
 
 # The 26 active rows of dcgm-exporter 4.8.x etc/default-counters.csv
 # (reference/dcgm-exporter.md §3.2), in file order.
@@ -131,10 +138,56 @@ def test_health_status_pulls_in_what_it_is_derived_from() -> None:
             "DCGM_FI_DEV_ROW_REMAP_FAILURE"} <= set(names)
 
 
-def test_unreadable_and_binary_files(tmp_path: Path) -> None:
+def test_unreadable_files(tmp_path: Path) -> None:
     with pytest.raises(MetricListError, match="cannot read"):
         load_metric_list(str(tmp_path / "nope.csv"))
-    bad = tmp_path / "bin.csv"
-    bad.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(MetricListError, match="not UTF-8"):
-        load_metric_list(str(bad))
+    with pytest.raises(MetricListError, match="not a regular file"):
+        load_metric_list(str(tmp_path))
+
+
+def test_non_utf8_list_is_read_with_a_warning_naming_the_line(tmp_path: Path) -> None:
+    """dcgm-exporter's Go CSV reader takes any bytes (issue 17 item 6); podgpu too, with a warning."""
+    bad = tmp_path / "latin1.csv"
+    bad.write_bytes(b"# ok\nDCGM_FI_DEV_GPU_TEMP, gauge, Temp\xe9rature du GPU\n"
+                    b"DCGM_FI_DEV_POWER_USAGE, gauge, W\n")
+    ml = load_metric_list(str(bad))
+    assert [r.name for r in ml.metrics] == ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"]
+    assert ml.metrics[0].help == "Temp\ufffdrature du GPU"
+    assert any(w.startswith(f"{bad}:2: not UTF-8") for w in ml.warnings), ml.warnings
+
+
+def test_fifo_and_endless_files_are_refused_without_blocking(tmp_path: Path) -> None:
+    """`-f` on a FIFO would hang start-up and `-f /dev/zero` would read forever (issue 19 item 4)."""
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(MetricListError, match="not a regular file"):
+        load_metric_list(str(fifo))
+    with pytest.raises(MetricListError, match="not a regular file"):
+        load_metric_list("/dev/zero")
+
+
+def test_size_cap_names_the_limit(tmp_path: Path) -> None:
+    big = tmp_path / "big.csv"
+    big.write_text("# padding\n" * 10 + "DCGM_FI_DEV_GPU_TEMP, gauge, t\n")
+    assert read_list_file(str(big), limit=10_000)[0].endswith("t\n")
+    with pytest.raises(MetricListError, match=r"big.csv:0: larger than 0 KiB"):
+        read_list_file(str(big), limit=100)
+
+
+def test_label_only_and_comment_only_lists_parse_and_are_flagged() -> None:
+    """dcgm-exporter starts on them; podgpu starts too and says no metric will be exported."""
+    labels = parse_metric_list("DCGM_FI_DRIVER_VERSION, label, driver\n", "l.csv")
+    assert not labels.metrics and [r.name for r in labels.labels] == ["DCGM_FI_DRIVER_VERSION"]
+    assert "l.csv: the metric list has no metric rows" in (empty_list_warning(labels) or "")
+    assert empty_list_warning(parse_metric_list("# nothing\n\n", "c.csv")) is not None
+    assert empty_list_warning(load_default()) is None
+
+
+def test_default_path_is_used_when_present(tmp_path: Path) -> None:
+    mounted = tmp_path / "default-counters.csv"
+    assert resolve_list_path(None, str(mounted)) is None  # nothing there: embedded
+    mounted.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, t\n")
+    assert resolve_list_path(None, str(mounted)) == str(mounted)
+    assert resolve_list_path("/x.csv", str(mounted)) == "/x.csv"  # -f wins
+    assert "default path" in describe_source(str(mounted), None)
+    assert "embedded" in describe_source(None, None)
