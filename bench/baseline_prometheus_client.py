@@ -28,8 +28,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from podgpu.backends.simulated import SimulatedBackend, parse_simulate
 from podgpu.fields import MetricList, load_default
+from podgpu.sim.backend import SimulatedBackend, parse_simulate
 
 IDENTITY = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 

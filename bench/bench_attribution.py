@@ -26,8 +26,8 @@ from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path, wa
 from podgpu.attribution.attributor import KubeletAttributor
 from podgpu.attribution.cgroups import CgroupReader
 from podgpu.attribution.kubelet import PodResourcesClient
-from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.model import GpuProcess
+from podgpu.sim.backend import MODELS, SimulatedBackend
 
 
 def pct(values: list[float], q: float) -> float:

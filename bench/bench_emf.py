@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from podgpu.attribution.attributor import build_attributor  # noqa: E402
-from podgpu.attribution.scenario import parse_scenario  # noqa: E402
-from podgpu.backends.simulated import MODELS, SimulatedBackend  # noqa: E402
 from podgpu.collect import Collector  # noqa: E402
 from podgpu.fields.metriclist import load_default  # noqa: E402
+from podgpu.sim.backend import MODELS, SimulatedBackend  # noqa: E402
+from podgpu.sim.scenario import parse_scenario  # noqa: E402
 from podgpu.sinks.cloudwatch.declarations import load_emf_config  # noqa: E402
 from podgpu.sinks.cloudwatch.encode import Encoder  # noqa: E402
 from podgpu.sinks.cloudwatch.queue import EventQueue  # noqa: E402

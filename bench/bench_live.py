@@ -103,10 +103,10 @@ def summary(ms: list[float]) -> dict[str, float]:
 def render_costs(gpus: int, loops: int) -> dict[str, float]:
     sys.path.insert(0, str(ROOT / "src"))
     from podgpu.attribution.attributor import build_attributor
-    from podgpu.backends.scenario import default_scenario
-    from podgpu.backends.simulated import SimulatedBackend, parse_simulate
     from podgpu.collect import Collector
     from podgpu.fields.metriclist import load_default
+    from podgpu.sim.backend import SimulatedBackend, parse_simulate
+    from podgpu.sim.scenario import default_scenario
     from podgpu.sinks.live import LiveRenderer, ViewOptions, build_view, render_json, render_page
     from podgpu.sinks.prometheus import RenderOptions, render
     from podgpu.sinks.prometheus.labels import LabelOptions

@@ -75,7 +75,7 @@ def scrape() -> str:
 
 def gpu0_uuid(dry: bool) -> str:
     if dry:
-        from podgpu.backends.simulated import MODELS, SimulatedBackend
+        from podgpu.sim.backend import MODELS, SimulatedBackend
 
         return SimulatedBackend(8, MODELS["H200"]).devices()[0].uuid
     import pynvml

@@ -145,7 +145,7 @@ def main() -> int:
     if uuids:
         backend = []
     else:
-        from podgpu.backends.simulated import MODELS, SimulatedBackend
+        from podgpu.sim.backend import MODELS, SimulatedBackend
 
         uuids = [d.uuid for d in SimulatedBackend(8, MODELS["H100"]).devices()]
         backend = ["--simulate", "8", "--simulate-scenario", "none"]

@@ -38,7 +38,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
 from tests.integration.kubelet_fake import FakeContainer, FakeKubelet, FakePod, socket_path  # noqa: E402
 
-from podgpu.backends.simulated import MODELS, SimulatedBackend  # noqa: E402
+from podgpu.sim.backend import MODELS, SimulatedBackend  # noqa: E402
 
 
 @dataclass

@@ -16,13 +16,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from podgpu.attribution.base import Attribution
-from podgpu.attribution.scenario import SimulatedAttributor, parse_scenario
 from podgpu.backends.base import Reading
-from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.collect import Collector
 from podgpu.fields.catalog import Field
 from podgpu.fields.metriclist import default_text, parse_metric_list
 from podgpu.model import Device, GpuProcess, Sample
+from podgpu.sim.backend import MODELS, SimulatedBackend
+from podgpu.sim.scenario import SimulatedAttributor, parse_scenario
 from podgpu.sinks.prometheus import RenderOptions, render
 from podgpu.sinks.prometheus.labels import LabelOptions
 

@@ -26,9 +26,9 @@ from podgpu.fields.catalog import CATALOG
 from podgpu.fields.metriclist import MetricList, load_default, load_metric_list, parse_metric_list
 
 if TYPE_CHECKING:
-    from podgpu.attribution.scenario import Scenario
     from podgpu.http.websecurity import WebSecurity
     from podgpu.model import Snapshot
+    from podgpu.sim.scenario import Scenario
     from podgpu.sinks.cloudwatch import EmfSink
     from podgpu.sinks.prometheus.labels import LabelOptions
 
@@ -158,8 +158,8 @@ def make_scenario(settings: Settings) -> Scenario | None:
     """The simulated pods: the built-in scenario unless a file (or 'none') is given."""
     if not settings.simulate or settings.simulate_scenario == "none":
         return None
-    from podgpu.attribution.scenario import default_scenario, load_scenario
-    from podgpu.backends.simulated import parse_simulate
+    from podgpu.sim.backend import parse_simulate
+    from podgpu.sim.scenario import default_scenario, load_scenario
 
     if settings.simulate_scenario:
         return load_scenario(settings.simulate_scenario)
@@ -178,7 +178,7 @@ def make_backend(settings: Settings, scenario: Scenario | None = None) -> Backen
 
 def _make_backend(settings: Settings, scenario: Scenario | None = None) -> Backend:
     if settings.simulate:
-        from podgpu.backends.simulated import SimulatedBackend, parse_simulate
+        from podgpu.sim.backend import SimulatedBackend, parse_simulate
 
         count, model = parse_simulate(settings.simulate)
         on, off = settings.simulate_burn

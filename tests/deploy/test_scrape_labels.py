@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from podgpu.backends.simulated import MODELS, SimulatedBackend
+from podgpu.sim.backend import MODELS, SimulatedBackend
 from tests.conftest import free_port
 from tests.deploy.render import ROOT, one, render
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from podgpu.backends.simulated import MODELS, SimulatedBackend
+from podgpu.sim.backend import MODELS, SimulatedBackend
 from tests.conftest import FIXTURES, free_port
 from tests.deploy.contract import NODE_NAME, map_path, prepare
 from tests.deploy.render import OVERLAYS, ROOT, container, render

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from podgpu.backends.simulated import MODELS, SimulatedBackend
+from podgpu.sim.backend import MODELS, SimulatedBackend
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod
 
 pytestmark = pytest.mark.integration

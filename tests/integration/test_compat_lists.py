@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from podgpu.attribution.scenario import default_scenario
-from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.fields import names
 from podgpu.fields.metriclist import MetricList, parse_metric_list
 from podgpu.model import Snapshot
+from podgpu.sim.backend import MODELS, SimulatedBackend
+from podgpu.sim.scenario import default_scenario
 from podgpu.sinks.prometheus import RenderOptions, render
 from podgpu.sinks.prometheus.labels import LabelOptions
 from tests.conftest import ServeProcess

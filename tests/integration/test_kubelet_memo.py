@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from podgpu.attribution.attributor import KubeletAttributor
 from podgpu.attribution.kubelet import PodResourcesClient
-from podgpu.backends.simulated import MODELS, SimulatedBackend
+from podgpu.sim.backend import MODELS, SimulatedBackend
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path
 
 

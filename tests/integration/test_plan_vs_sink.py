@@ -27,7 +27,7 @@ import pytest
 
 from podgpu.fields.metriclist import load_default
 from podgpu.plan.model import PlanOptions, estimate
-from podgpu.plan.node import Shape, SimNode
+from podgpu.sim.node import Shape, SimNode
 from podgpu.sinks.cloudwatch import EmfSink, load_emf_config
 from podgpu.sinks.cloudwatch.destinations import CloudWatchDestination
 from podgpu.sinks.cloudwatch.encode import Encoder

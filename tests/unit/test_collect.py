@@ -4,11 +4,11 @@ from collections.abc import Sequence
 
 from podgpu.attribution.base import Attribution
 from podgpu.backends.base import Reading
-from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.collect import Collector
 from podgpu.fields import load_default
 from podgpu.fields.catalog import Field
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess
+from podgpu.sim.backend import MODELS, SimulatedBackend
 
 FIELDS = load_default().fields
 

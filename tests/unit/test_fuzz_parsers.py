@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 
 from podgpu.attribution.cgroups import parse_cgroup, parse_cgroup_path
 from podgpu.attribution.deviceids import DeviceIndex, parse_device_id
-from podgpu.attribution.scenario import decode_scenario, parse_scenario
 from podgpu.config import parse_serve_args
 from podgpu.errors import ConfigError
 from podgpu.fields.metriclist import parse_metric_list
 from podgpu.http.server import accepts_gzip
 from podgpu.model import Device
+from podgpu.sim.scenario import decode_scenario, parse_scenario
 from podgpu.sinks.cloudwatch.declarations import parse_emf_config
 
 FUZZ = settings(max_examples=300, deadline=2000,

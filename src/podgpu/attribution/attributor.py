@@ -34,7 +34,7 @@ from podgpu.errors import ConfigError
 from podgpu.model import Allocation, Device, GpuProcess
 
 if TYPE_CHECKING:
-    from podgpu.attribution.scenario import Scenario
+    from podgpu.sim.scenario import Scenario
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def build_attributor(
     `-k` wins over a scenario: with `--simulate N -k` devices are simulated but allocations come
     from the kubelet socket (the issue-4 end-to-end set-up), and the scenario's processes, which
     arrive with their containers set, pass through unchanged. Without `-k`, a `Scenario`
-    (podgpu.attribution.scenario) gives a `SimulatedAttributor`. Raises ConfigError on bad values.
+    (podgpu.sim.scenario) gives a `SimulatedAttributor`. Raises ConfigError on bad values.
     `kube_api_configuration` (a kubernetes.client.Configuration) is for tests; None means
     in-cluster config.
     """
@@ -199,7 +199,7 @@ def build_attributor(
     if not kubernetes:
         if scenario is None:
             return None
-        from podgpu.attribution.scenario import SimulatedAttributor
+        from podgpu.sim.scenario import SimulatedAttributor
 
         return SimulatedAttributor(scenario, options)
     if kubernetes_gpu_id_type not in GPU_ID_TYPES:

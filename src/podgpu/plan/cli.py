@@ -21,7 +21,7 @@ from podgpu.plan.model import (
     Prices,
     estimate,
 )
-from podgpu.plan.node import SHARING, Shape
+from podgpu.sim.node import SHARING, Shape
 from podgpu.sinks.cloudwatch.declarations import load_emf_config, parse_emf_config
 
 TITLES = {"agent": "seed: central agent", "podgpu-60s": "podgpu EMF, 60 s",

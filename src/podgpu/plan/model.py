@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from podgpu.fields.metriclist import MetricList, load_default
-from podgpu.plan.node import Shape, SimNode
+from podgpu.sim.node import Shape, SimNode
 from podgpu.sinks.cloudwatch.declarations import EmfConfig
 from podgpu.sinks.cloudwatch.encode import Encoder
 from podgpu.sinks.cloudwatch.queue import EVENT_OVERHEAD

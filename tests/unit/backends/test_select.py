@@ -8,11 +8,11 @@ import pytest
 
 from podgpu.backends.base import Reading
 from podgpu.backends.select import SelectedBackend
-from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import BY_NAME, Field
 from podgpu.model import Device, Sample
 from podgpu.model.selection import DeviceSelection, parse_device_selection
+from podgpu.sim.backend import MODELS, SimulatedBackend
 
 FIELDS = [BY_NAME["DCGM_FI_DEV_GPU_UTIL"]]
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.fields import load_default
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess, Snapshot, StageResult
 from podgpu.model.device import LabeledValue, Sample
+from podgpu.sim.backend import MODELS, SimulatedBackend
 from podgpu.sinks.prometheus import RenderOptions, render
 from podgpu.sinks.prometheus.labels import LabelOptions
 

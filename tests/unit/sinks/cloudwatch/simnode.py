@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from podgpu.attribution.attributor import build_attributor
-from podgpu.attribution.scenario import default_scenario
-from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.collect import Collector
 from podgpu.fields.metriclist import MetricList, load_default
 from podgpu.model import Snapshot
+from podgpu.sim.backend import MODELS, SimulatedBackend
+from podgpu.sim.scenario import default_scenario
 from podgpu.sinks.cloudwatch.series import Item, LabelKey, SeriesBuilder, SeriesOptions
 from podgpu.sinks.prometheus.labels import LabelOptions
 from tests.conftest import FakeClock

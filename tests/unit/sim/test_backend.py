@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from podgpu.backends.simulated import MODELS, SimulatedBackend, parse_simulate
 from podgpu.errors import ConfigError
 from podgpu.fields import load_default
 from podgpu.fields.catalog import CATALOG
+from podgpu.sim.backend import MODELS, SimulatedBackend, parse_simulate
 from tests.conftest import FakeClock
 
 FIELDS = load_default().fields
@@ -97,8 +97,8 @@ def test_identities_are_deterministic_and_unique() -> None:
 
 def test_scenario_xids_drive_the_last_xid_and_the_windowed_count() -> None:
     # issue 9: XID 31 on GPU 1 every 100 s from t=50 s; a 120 s window
-    from podgpu.attribution.scenario import parse_scenario
     from podgpu.fields.catalog import BY_NAME
+    from podgpu.sim.scenario import parse_scenario
 
     scenario = parse_scenario({"pods": [], "xids": [{"gpu": 1, "xid": 31, "every": 100,
                                                       "offset": 50}]})

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from podgpu.attribution.scenario import MAX_PROCESSES, load_scenario
 from podgpu.errors import ConfigError
+from podgpu.sim.scenario import MAX_PROCESSES, load_scenario
 
 
 def one_pod(**gpu: object) -> dict[str, object]:

@@ -12,13 +12,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from podgpu.attribution.attributor import build_attributor
-from podgpu.attribution.scenario import parse_scenario
-from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.collect import Collector
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import lookup
 from podgpu.fields.metriclist import MetricList
 from podgpu.model import Allocation, Sample, Snapshot
+from podgpu.sim.backend import MODELS, SimulatedBackend
+from podgpu.sim.scenario import parse_scenario
 
 SHARING = ("none", "time-slicing", "mig")
 NAMESPACE = "ml"

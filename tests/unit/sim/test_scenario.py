@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from podgpu.attribution.attributor import build_attributor
-from podgpu.attribution.scenario import default_scenario, load_scenario, parse_scenario
-from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import BY_NAME
+from podgpu.sim.backend import MODELS, SimulatedBackend
+from podgpu.sim.scenario import default_scenario, load_scenario, parse_scenario
 from tests.conftest import FakeClock
 
 FIELDS = (BY_NAME["DCGM_FI_DEV_GPU_UTIL"], BY_NAME["DCGM_FI_DEV_FB_USED"])

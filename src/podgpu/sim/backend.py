@@ -27,7 +27,7 @@ from podgpu.model import Device, LabeledValue, Sample
 from podgpu.model.device import Value
 
 if TYPE_CHECKING:
-    from podgpu.attribution.scenario import Scenario
+    from podgpu.sim.scenario import Scenario
 
 SIM_DRIVER_VERSION = "580.159.04"
 SIM_NVML_VERSION = "13.580.159.04"
