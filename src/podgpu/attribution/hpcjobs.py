@@ -1,0 +1,106 @@
+"""HPC job mapping: `DCGM_HPC_JOB_MAPPING_DIR` / `--hpc-job-mapping-dir`, as dcgm-exporter has it.
+
+On Slurm nodes a prolog writes one file per GPU into a directory, named by the GPU's index (`0`,
+`1`) or, for a MIG instance, `<gpu>.<gpu instance id>` (`2.0`, `3.10`); each line of a file is one
+job id. dcgm-exporter (internal/pkg/transformation/hpc.go at d5e5f51) re-reads the directory for
+every scrape and gives each series of a GPU with jobs one copy per job carrying `hpc_job="<id>"`;
+GPUs without a file keep their series unchanged. A directory missing at start is logged once and
+ignored until it appears; one that disappears later is logged and ignored.
+
+podgpu reads the directory once per collect cycle (never per scrape), bounded: regular files only,
+at most `MAX_FILES` files of `MAX_FILE_BYTES` each. Blank lines are skipped (dcgm-exporter would
+emit `hpc_job=""`, which Prometheus reads as no label, i.e. a duplicate of the unlabelled series).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from collections.abc import Mapping
+
+log = logging.getLogger(__name__)
+
+JOB_FILE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+"""A mapping file's name: a GPU index, or `<gpu>.<gpu instance id>` for a MIG instance."""
+MAX_FILES = 1024
+MAX_FILE_BYTES = 64 * 1024
+LABEL = "hpc_job"
+
+JobMap = Mapping[str, tuple[str, ...]]
+"""Mapping-file key (`"0"`, `"2.1"`) -> job ids in file order."""
+
+
+def parse_jobs(text: str) -> tuple[str, ...]:
+    """One job id per line; surrounding whitespace and blank lines dropped, order kept, each once."""
+    out: dict[str, None] = {}
+    for line in text.splitlines():
+        job = line.strip()
+        if job:
+            out.setdefault(job, None)
+    return tuple(out)
+
+
+def job_key(gpu_index: int | str, gpu_instance_id: int | None = None) -> str:
+    """The mapping file that names the jobs of a GPU (or of one MIG instance on it)."""
+    return f"{gpu_index}.{gpu_instance_id}" if gpu_instance_id is not None else str(gpu_index)
+
+
+class HpcJobMapper:
+    """Reads the mapping directory; `read()` never raises (problems are logged once each)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._missing_at_start = not os.path.isdir(directory)
+        self._logged: set[str] = set()
+        if self._missing_at_start:
+            log.warning("HPC job mapping directory %s not found; hpc_job labels appear once it "
+                        "exists", directory)
+        else:
+            log.info("HPC job mapping from %s", directory)
+
+    def _once(self, key: str, msg: str, *args: object) -> None:
+        if key not in self._logged and len(self._logged) < 256:
+            self._logged.add(key)
+            log.warning(msg, *args)
+
+    def read(self) -> JobMap:
+        try:
+            entries = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            if not self._missing_at_start:
+                self._once("gone", "HPC job mapping directory %s is gone; no hpc_job labels",
+                           self.directory)
+            return {}
+        except OSError as exc:
+            self._once("dir", "cannot read HPC job mapping directory %s: %s", self.directory,
+                       exc.strerror or exc)
+            return {}
+        self._missing_at_start = False
+        self._logged.discard("gone")
+        out: dict[str, tuple[str, ...]] = {}
+        for entry in sorted(entries, key=lambda e: e.name)[:MAX_FILES]:
+            if not JOB_FILE.fullmatch(entry.name):
+                continue
+            jobs = self._read_file(entry.path, entry.name)
+            if jobs:
+                out[entry.name] = jobs
+        return out
+
+    def _read_file(self, path: str, name: str) -> tuple[str, ...]:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            self._once(f"open:{name}", "cannot read HPC job file %s: %s", path, exc.strerror or exc)
+            return ()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return ()  # a directory or FIFO named like a GPU: dcgm-exporter skips directories too
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            self._once(f"size:{name}", "HPC job file %s is over %d KiB; its first %d KiB used",
+                       path, MAX_FILE_BYTES // 1024, MAX_FILE_BYTES // 1024)
+            data = data[:MAX_FILE_BYTES].rsplit(b"\n", 1)[0]
+        return parse_jobs(data.decode("utf-8", errors="replace"))
