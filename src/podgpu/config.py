@@ -19,6 +19,7 @@ from typing import Any
 
 from podgpu.errors import ConfigError
 from podgpu.model.selection import DeviceSelection, parse_device_selection
+from podgpu.re2compat import check_go
 
 DEFAULT_ADDRESS = ":9400"
 DEFAULT_COLLECT_INTERVAL_MS = 1000  # measured: bench/RESULTS.md "Choosing the default interval"
@@ -512,13 +513,8 @@ def settings_from(
         problem = _proc_root_problem(values["proc_root"])
         if problem:
             raise ConfigError(f"{origin['proc_root']} {values['proc_root']!r}: {problem}")
-    for rx in values["kubernetes_pod_label_allowlist_regex"]:
-        try:
-            re.compile(rx)
-        except re.error as exc:
-            raise ConfigError(
-                f"{origin['kubernetes_pod_label_allowlist_regex']} {rx!r}: not a valid regex: {exc}"
-            ) from None
+    for rx in values["kubernetes_pod_label_allowlist_regex"]:  # Go RE2 syntax (issue 17 item 6)
+        check_go(rx, where=origin["kubernetes_pod_label_allowlist_regex"])
     if not values["cloudwatch_config"]:
         emf_set = [o.flags[-1] for o in OPTIONS if o.dest.startswith("emf_")
                    and values[o.dest] != o.default]

@@ -18,8 +18,8 @@ from podgpu.attribution.cgroups import CgroupIdentity
 from podgpu.attribution.deviceids import DeviceIndex, is_gpu_resource, parse_device_id
 from podgpu.attribution.kubelet import ContainerDevices
 from podgpu.attribution.podwatch import PodIndex, PodInfo
-from podgpu.errors import ConfigError
 from podgpu.model import Allocation, ContainerRef, GpuProcess
+from podgpu.re2compat import GoPattern, compile_go
 
 _LABEL_BAD = re.compile(r"[^a-zA-Z0-9_]")
 RESERVED_LABELS = frozenset({
@@ -46,7 +46,7 @@ class EnrichOptions:
     extra_resources: frozenset[str] = frozenset()
     enable_pod_uid: bool = False
     enable_pod_labels: bool = False
-    label_allowlist: tuple[re.Pattern[str], ...] = ()
+    label_allowlist: tuple[GoPattern, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ class Unmatched:
     why: str
 
 
-def compile_allowlist(text: str | Iterable[str] | None) -> tuple[re.Pattern[str], ...]:
+def compile_allowlist(text: str | Iterable[str] | None) -> tuple[GoPattern, ...]:
     """`--kubernetes-pod-label-allowlist-regex`: comma-separated regexes -> compiled patterns.
 
     Raises ConfigError naming the bad pattern (dcgm-exporter skips it with a warning; podgpu
@@ -68,16 +68,10 @@ def compile_allowlist(text: str | Iterable[str] | None) -> tuple[re.Pattern[str]
     if text is None:
         return ()
     items = text.split(",") if isinstance(text, str) else list(text)
-    out: list[re.Pattern[str]] = []
+    out: list[GoPattern] = []
     for item in (i.strip() for i in items):
-        if not item:
-            continue
-        try:
-            out.append(re.compile(item))
-        except re.error as exc:
-            raise ConfigError(
-                f"--kubernetes-pod-label-allowlist-regex: bad regex {item!r}: {exc}"
-            ) from exc
+        if item:  # Go RE2 semantics, as dcgm-exporter compiles it (issue 17 item 6)
+            out.append(compile_go(item, where="--kubernetes-pod-label-allowlist-regex"))
     return tuple(out)
 
 

@@ -1,0 +1,137 @@
+"""Go RE2 semantics for every user regex (issues 17 item 6, 18 item 2).
+
+Expectations are Go's documented behaviour (regexp/syntax docs, Prometheus' relabel anchoring),
+chosen where Python's `re` refuses the pattern or reads it differently."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from podgpu.errors import ConfigError
+from podgpu.re2compat import compile_go, compile_prometheus, expand_template
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "go_matches"),
+    [
+        (r"abc\z", "xabc", True),  # \z: end of text (Python: bad escape)
+        (r"abc\z", "abc\n", False),
+        (r"^\pL+$", "Grüße", True),  # \pL: any Unicode letter (Python: bad escape)
+        (r"^\pL+$", "gpu0", False),
+        (r"^\p{Greek}+$", "αβγ", True),
+        (r"^\Q.*+\E$", ".*+", True),  # \Q...\E: literal text (Python: bad escape)
+        (r"^\Q.*+\E$", "abc", False),
+        (r"^[[:alpha:]]+$", "abc", True),  # POSIX class (Python: a set of ':', 'a', 'l', ...)
+        (r"^[[:alpha:]]+$", ":", False),
+        (r"^[[:digit:][:upper:]]+$", "A1B2", True),
+        (r"^[[:^space:]]+$", "a b", False),
+        (r"^[^[:punct:]]+$", "a.b", False),
+        (r"(?i)^dcgm", "Dcgm_fi", True),
+        (r"\bgpu\b", "a gpu b", True),
+        (r"^(?P<x>a)(?<y>b)$", "ab", True),  # both named-group spellings (Go 1.22+)
+        (r"^a$", "a\n", False),  # Go's $ is end of text without (?m), Python's allows a final \n
+        (r"(?m)^b$", "a\nb\nc", True),
+        (r"^.$", "\n", False),  # `.` does not match a newline unless (?s)
+    ],
+)
+def test_go_semantics_where_python_differs(pattern: str, text: str, go_matches: bool) -> None:
+    assert compile_go(pattern, where="test").search(text) is go_matches
+
+
+def test_python_really_differs_on_these() -> None:
+    """The cases above are not trivia: Python's `re` refuses or misreads them."""
+    for refused in (r"abc\z", r"\pL", r"\Q.\E", r"(?U)a+"):
+        with pytest.raises(re.error):
+            re.compile(refused)
+    with pytest.warns(FutureWarning):  # Python: a set of ':', 'a', 'l', ... then a literal ']'
+        assert re.fullmatch(r"[[:alpha:]]+", ":]") is not None
+    assert re.search(r"^a$", "a\n") is not None  # Python's $ before a final newline
+
+
+def test_ungreedy_flag() -> None:
+    """(?U) swaps greedy and lazy: `a+` takes the shortest run, `a+?` the longest."""
+    p = compile_go(r"(?U)(a+)", where="t")
+    assert p.groups("aaa") == ("a", "a")
+    p = compile_go(r"(?U)(a+?)", where="t")
+    assert p.groups("aaa") == ("aaa", "aaa")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason_part"),
+    [
+        ("(a", "missing )"),
+        ("a{1001}", "invalid repetition size"),
+        ("x**", "bad repetition operator"),
+        (r"\8", "invalid escape"),
+        (r"\Z", "invalid escape"),  # Python accepts \Z; Go does not
+        (r"\C", "invalid escape"),  # C++ RE2 accepts \C (any byte); Go does not
+        ("[[:foo:]]", "invalid character class range"),
+    ],
+)
+def test_go_refuses_names_where_and_reason(pattern: str, reason_part: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        compile_go(pattern, where="cfg.json: metric_declaration[2].label_matcher")
+    text = str(info.value)
+    assert text.startswith("cfg.json: metric_declaration[2].label_matcher: ")
+    assert repr(pattern) in text
+    assert reason_part in text
+
+
+def test_c_inside_quote_is_literal() -> None:
+    assert compile_go(r"^\Q\C\E$", where="t").search("\\C")
+    assert compile_go(r"^\\C$", where="t").search("\\C")
+
+
+def test_prometheus_anchoring_and_dotall() -> None:
+    p = compile_prometheus("DCGM.*", where="relabel")
+    assert p.fullmatch("DCGM_FI_DEV_GPU_UTIL")
+    assert not p.fullmatch("nvidia-dcgm-exporter")  # anchored: no substring match
+    assert p.fullmatch("DCGM\nX")  # Prometheus 3 compiles with (?s)
+    alt = compile_prometheus("a|b", where="relabel")
+    assert alt.fullmatch("a") and not alt.fullmatch("ab")  # the whole alternation is anchored
+    assert alt.pattern == "a|b"
+
+
+def test_prometheus_error_names_the_users_text() -> None:
+    with pytest.raises(ConfigError) as info:
+        compile_prometheus("(x", where="scrape_configs[0].relabel_configs[1].regex")
+    assert "'(x'" in str(info.value)
+    assert "^(?s:" not in str(info.value)
+
+
+def test_expand_like_go() -> None:
+    p = compile_prometheus(r"(?P<ns>[^;]*);(.*)", where="t")
+    assert p.expand("$1/$2", "gpu-operator;pod-a") == "gpu-operator/pod-a"
+    assert p.expand("${ns}-x", "a;b") == "a-x"
+    assert p.expand("$nsx", "a;b") == ""  # longest name: `nsx`, unknown -> empty
+    assert p.expand("$1x", "a;b") == ""  # `1x` is a name, not group 1 then x
+    assert p.expand("${1}x", "a;b") == "ax"
+    assert p.expand("$$1", "a;b") == "$1"
+    assert p.expand("cost $", "a;b") == "cost $"
+    assert p.expand("${oops", "a;b") == "${oops"
+    assert p.expand("$9", "a;b") == ""
+    assert p.expand("$1", "no separator") is None
+
+
+def test_expand_unmatched_optional_group_is_empty() -> None:
+    assert expand_template("[$1]", ("x", None), {}) == "[]"
+
+
+def test_lone_surrogate_does_not_crash() -> None:
+    assert compile_go("a.b", where="t").search("a\ud800b")
+
+
+def test_pod_label_allowlist_takes_go_syntax() -> None:
+    """dcgm-exporter's `--kubernetes-pod-label-allowlist-regex` is a Go regex: `\\z` and POSIX
+    classes start podgpu and mean what they mean in Go."""
+    from podgpu.attribution.enrich import compile_allowlist
+    from podgpu.config import parse_serve_args
+
+    settings = parse_serve_args(
+        ["--kubernetes-pod-label-allowlist-regex", r"^app\z,^[[:upper:]]"], {})
+    assert settings.kubernetes_pod_label_allowlist_regex == (r"^app\z", "^[[:upper:]]")
+    app, upper = compile_allowlist(settings.kubernetes_pod_label_allowlist_regex)
+    assert app.search("app") and not app.search("app.kubernetes.io/name")
+    assert upper.search("Team") and not upper.search("team") and not upper.search(":")
