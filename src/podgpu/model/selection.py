@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+MAX_INDEX = 1023
+"""The largest GPU index or GPU-instance id accepted: far above any node, and it keeps a range
+such as `g:0-99999999999` from building a list of that many numbers (MemoryError)."""
 _PART = re.compile(r"^(?P<kind>[gi])(?::(?P<range>\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*))?$")
 
 
@@ -29,6 +32,8 @@ def _range(text: str | None) -> tuple[int, ...]:
         if not part:
             continue
         lo, _, hi = part.partition("-")
+        if len(lo) > 4 or len(hi) > 4 or max(int(lo), int(hi or lo)) > MAX_INDEX:
+            raise ValueError(f"{part[:24]!r}: indexes go up to {MAX_INDEX}")
         a, b = int(lo), int(hi or lo)
         if b < a:
             raise ValueError(f"range {part!r} runs backwards")
