@@ -1,19 +1,36 @@
 """One scrape target: fetch its text over HTTP(S), parse it, keep its health.
 
-urllib is enough for a handful of node-local targets scraped every few seconds, and keeps the
-bridge free of an event loop. Each target is fetched on its own worker thread with a timeout, and
-every failure (refused, timeout, HTTP status, oversized or undecodable body, bad text) is
-recorded on that target alone: one target going away never stops the others.
+A target is a peer the bridge does not control, so every scrape is bounded (issue 19 item 2):
+
+- **one deadline for the whole scrape** (connect, headers, body), enforced by a watchdog that
+  shuts the socket down when it passes: a target trickling one byte a second cannot hold its
+  worker past `--scrape-timeout` (a socket timeout alone bounds each read, not the answer);
+- **one scrape in flight per target**: a tick that finds the previous scrape still running counts
+  a failure for that target and starts none, so a stuck target never takes the workers of the
+  others;
+- **a size cap after decompression** (gzip is inflated in steps, never past the cap: a 4.7 MB gzip
+  bomb costs the cap, not 8.6 GB), also applied to the compressed bytes and to Content-Length;
+- **a sample cap**, counted on the raw bytes before the (slow, memory-hungry) parser runs: past it
+  the scrape fails, like Prometheus' `sample_limit`;
+- **no redirects**: a target is a fixed endpoint on this node; a 3xx is reported with its
+  Location, never followed (a redirect to another port, host or scheme cannot move the bridge);
+- **credentials** in `--scrape http://user:pass@host/...` are sent as basic auth and never shown:
+  the URL in /metrics, /health and the log has `<secret>` for the password.
+
+Parsing is separate (parse.py); the scrape's failure, whatever it is, is counted on its target
+alone.
 """
 
 from __future__ import annotations
 
-import gzip
+import base64
+import contextlib
+import http.client
+import socket
+import ssl
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import zlib
 from dataclasses import dataclass
 
@@ -21,8 +38,16 @@ from podgpu import __version__
 from podgpu.bridge.parse import Family, ParseError, parse_exposition
 from podgpu.errors import ConfigError
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+"""Bytes of text after decompression (4 MiB; dcgm-exporter's answer for 8 GPUs is ~100 KB)."""
+DEFAULT_MAX_SAMPLES = 10_000
+"""Samples per scrape (a 56-instance MIG node with 60 fields is ~3,400). The text parser needs
+~2.8 KiB and ~90 µs per sample, so this bounds one scrape to ~30 MiB and ~1 s of CPU."""
+MAX_REASON = 120
+"""Characters of a target-supplied string (HTTP reason, Location) kept in an error."""
+CHUNK = 64 * 1024
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
+SECRET = "<secret>"
 
 
 class ScrapeError(Exception):
@@ -30,22 +55,60 @@ class ScrapeError(Exception):
 
 
 def parse_url(text: str) -> tuple[str, str]:
-    """(url, instance) for a --scrape value; ConfigError for anything that is not http(s)."""
+    """(url, instance) for a --scrape value; ConfigError for anything that is not http(s).
+
+    The instance is host:port without credentials; the URL is returned as given (with its
+    credentials, for Target); show `redact(url)`, never the URL itself."""
     url = text.strip()
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--scrape {text!r}: expected an http:// or https:// URL such as "
-                          "http://127.0.0.1:9400/metrics")
     try:
+        parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError:
-        raise ConfigError(f"--scrape {text!r}: the port is not a number in 1..65535") from None
+        raise ConfigError(f"--scrape {redact(text)!r}: the port is not a number in 1..65535"
+                          ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"--scrape {redact(text)!r}: expected an http:// or https:// URL such "
+                          "as http://127.0.0.1:9400/metrics")
     return url, parts.netloc.rpartition("@")[2]
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by `<secret>` (the user name stays, to tell targets
+    apart), for /metrics, /health and the log."""
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        parts = None
+    if parts is None or "@" not in parts.netloc:
+        return url.strip() if "@" not in url else SECRET + "@" + url.rpartition("@")[2]
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, has_password, _ = userinfo.partition(":")
+    shown = f"{user}:{SECRET}@{hostport}" if has_password else f"{user}@{hostport}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=shown))
+
+
+def printable(text: object, limit: int = MAX_REASON) -> str:
+    """A target-supplied string for an error message: control characters escaped, capped."""
+    s = str(text)
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in s[:limit])
+    return out + ("…" if len(s) > limit else "")
+
+
+def count_samples(body: bytes) -> int:
+    """Sample lines in a text exposition, counted at C speed on the bytes (not exact for
+    indented comments, which only makes it count more)."""
+    if not body:
+        return 0
+    lines = body.count(b"\n") + (0 if body.endswith(b"\n") else 1)
+    comments = body.count(b"\n#") + (1 if body.startswith(b"#") else 0)
+    blank = body.count(b"\n\n") + (1 if body.startswith(b"\n") else 0)
+    return max(0, lines - comments - blank)
 
 
 @dataclass(frozen=True, slots=True)
 class TargetStats:
     url: str
+    """Redacted: safe to show."""
     ok: int
     failed: int
     up: bool
@@ -57,13 +120,61 @@ class TargetStats:
     dropped_value: int
 
 
+class _Watchdog:
+    """Shuts a socket down when the scrape's deadline passes, which wakes any read blocked on it
+    (a trickle of one byte per second never trips a per-read timeout)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.expired:
+                self._shutdown()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired = True
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._sock is not None:
+            # the plain socket's shutdown, also under TLS: OpenSSL then reads EOF
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 class Target:
     """A scrape target and its counters (written by one scrape at a time, read by /metrics)."""
 
-    def __init__(self, url: str, instance: str, timeout: float) -> None:
-        self.url = url
+    def __init__(self, url: str, instance: str, timeout: float, *,
+                 max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 max_samples: int = DEFAULT_MAX_SAMPLES) -> None:
+        parts = urllib.parse.urlsplit(url.strip())
+        self.url = redact(url)
+        """Shown in /metrics, /health and the log: never the password."""
         self.instance = instance
+        self._parts = parts
         self._timeout = timeout
+        self.max_bytes = max_bytes
+        self.max_samples = max_samples
+        self._headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip",
+                         "User-Agent": f"podgpu-emf/{__version__}",
+                         "Host": parts.netloc.rpartition("@")[2]}
+        if parts.username is not None:
+            pair = (f"{urllib.parse.unquote(parts.username)}:"
+                    f"{urllib.parse.unquote(parts.password or '')}")
+            self._headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        self._busy = threading.Lock()
         self._lock = threading.Lock()
         self._ok = self._failed = 0
         self._up = False
@@ -73,43 +184,114 @@ class Target:
         self._samples = 0
         self._dropped_type = self._dropped_value = 0
 
+    # --- fetching ----------------------------------------------------------------------------
+
+    def _connection(self) -> http.client.HTTPConnection:
+        host = self._parts.hostname or ""
+        port = self._parts.port
+        if self._parts.scheme == "https":
+            return http.client.HTTPSConnection(host, port, timeout=self._timeout,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(host, port, timeout=self._timeout)
+
     def fetch(self) -> str:
-        """The body as text; ScrapeError says why not."""
-        req = urllib.request.Request(self.url, headers={
-            "Accept": ACCEPT, "Accept-Encoding": "gzip",
-            "User-Agent": f"podgpu-emf/{__version__}"})
+        """The answer as text, decompressed and within the caps; ScrapeError says why not."""
+        body, charset = self._fetch()
+        return self._text(body, charset)
+
+    def _fetch(self) -> tuple[bytes, str]:
+        dog = _Watchdog(self._timeout)
+        conn = self._connection()
         try:
-            with urllib.request.urlopen(req, timeout=self._timeout) as resp:
-                body: bytes = resp.read(MAX_BODY_BYTES + 1)
-                encoding = (resp.headers.get("Content-Encoding") or "").lower()
-                charset = resp.headers.get_content_charset() or "utf-8"
-        except urllib.error.HTTPError as exc:
-            raise ScrapeError(f"HTTP {exc.code} {exc.reason}") from None
-        except urllib.error.URLError as exc:
-            raise ScrapeError(str(getattr(exc.reason, "strerror", None) or exc.reason)) from None
-        except (OSError, ValueError) as exc:  # timeouts, resets, bad chunking
-            raise ScrapeError(str(exc) or type(exc).__name__) from None
-        if len(body) > MAX_BODY_BYTES:
-            raise ScrapeError(f"answer larger than {MAX_BODY_BYTES} bytes")
+            path = urllib.parse.urlunsplit(("", "", self._parts.path or "/",
+                                            self._parts.query, ""))
+            conn.connect()
+            dog.watch(conn.sock)
+            conn.request("GET", path, headers=self._headers)
+            resp = conn.getresponse()
+            body = self._body(resp)
+            if dog.expired:  # the shutdown can look like a clean end of a short answer
+                raise ScrapeError(f"no complete answer within {self._timeout:g} s")
+            return body, resp.headers.get_content_charset() or "utf-8"
+        except ScrapeError as exc:
+            if dog.expired:
+                raise ScrapeError(f"no complete answer within {self._timeout:g} s") from None
+            raise exc
+        except Exception as exc:  # refused, reset, TLS, bad status line, or the watchdog
+            if dog.expired:
+                raise ScrapeError(f"no complete answer within {self._timeout:g} s") from None
+            if isinstance(exc, (OSError, http.client.HTTPException, ValueError)):
+                text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                raise ScrapeError(printable(text)) from None
+            raise
+        finally:
+            dog.cancel()
+            conn.close()
+
+    def _body(self, resp: http.client.HTTPResponse) -> bytes:
+        status = resp.status
+        if 300 <= status < 400:
+            where = printable(resp.getheader("Location") or "nowhere")
+            raise ScrapeError(f"HTTP {status} redirect to {where} not followed (scrape that URL "
+                              "instead)")
+        if status != 200:
+            raise ScrapeError(f"HTTP {status} {printable(resp.reason)}")
+        limit = self.max_bytes
+        length = resp.getheader("Content-Length")
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            raise ScrapeError(f"answer of {int(length)} bytes is over the {limit}-byte limit")
+        encoding = (resp.getheader("Content-Encoding") or "").strip().lower()
+        if encoding not in ("", "identity", "gzip", "x-gzip"):
+            raise ScrapeError(f"unsupported Content-Encoding {printable(encoding)}")
+        inflate = zlib.decompressobj(wbits=31) if encoding in ("gzip", "x-gzip") else None
+        body = bytearray()
+        raw = 0
+        while chunk := resp.read1(CHUNK):
+            raw += len(chunk)
+            if raw > limit:
+                raise ScrapeError(f"answer over the {limit}-byte limit")
+            if inflate is None:
+                body += chunk
+                continue
+            try:
+                data = chunk
+                while data and not inflate.eof:
+                    body += inflate.decompress(data, limit - len(body) + 1)
+                    if len(body) > limit:
+                        raise ScrapeError(f"answer over the {limit}-byte limit after gzip "
+                                          "decompression")
+                    data = inflate.unconsumed_tail
+            except zlib.error as exc:
+                raise ScrapeError(f"undecodable gzip answer: {exc}") from None
+        if inflate is not None and not inflate.eof:
+            raise ScrapeError("undecodable gzip answer: truncated")
+        return bytes(body)
+
+    def _text(self, body: bytes, charset: str) -> str:
+        n = count_samples(body)
+        if n > self.max_samples:
+            raise ScrapeError(f"{n} samples, over the limit of {self.max_samples} per scrape")
         try:
-            if encoding == "gzip":
-                body = gzip.decompress(body)
             return body.decode(charset)
-        except (OSError, EOFError, zlib.error, UnicodeDecodeError, LookupError) as exc:
-            raise ScrapeError(f"undecodable answer: {exc}") from None
+        except (UnicodeDecodeError, LookupError) as exc:
+            raise ScrapeError(f"undecodable answer: {printable(exc)}") from None
+
+    # --- one scrape --------------------------------------------------------------------------
 
     def scrape(self) -> list[Family]:
-        """Fetch and parse; on failure record it and raise ScrapeError."""
+        """Fetch and parse; on failure record it and raise ScrapeError. At most one scrape of
+        this target runs at a time: a second one fails at once."""
+        if not self._busy.acquire(blocking=False):
+            self._fail("the previous scrape is still running", 0.0)
+            raise ScrapeError("the previous scrape is still running")
         t0 = time.perf_counter()
         try:
             families = parse_exposition(self.fetch())
         except (ScrapeError, ParseError) as exc:
-            with self._lock:
-                self._failed += 1
-                self._up = False
-                self._error = str(exc)
-                self._duration = time.perf_counter() - t0
+            self._fail(str(exc), time.perf_counter() - t0)
             raise ScrapeError(str(exc)) from None
+        finally:
+            self._busy.release()
         with self._lock:
             self._ok += 1
             self._up = True
@@ -119,12 +301,17 @@ class Target:
             self._samples = sum(len(f.samples) for f in families)
         return families
 
-    def failed_by_timeout(self, seconds: float) -> None:
-        """The scrape did not finish within the tick; counted as a failure of this target."""
+    def _fail(self, why: str, seconds: float) -> None:
         with self._lock:
             self._failed += 1
             self._up = False
-            self._error = f"no answer within {seconds:g} s"
+            self._error = why
+            if seconds:
+                self._duration = seconds
+
+    def failed_by_timeout(self, seconds: float) -> None:
+        """The scrape did not finish within the tick; counted as a failure of this target."""
+        self._fail(f"no answer within {seconds:g} s", 0.0)
 
     def count_dropped(self, by_type: int, by_value: int) -> None:
         with self._lock:

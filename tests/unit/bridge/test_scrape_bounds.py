@@ -1,0 +1,130 @@
+"""The bridge's scrape client against hostile targets on loopback (issue 19 item 2): every answer
+is cut at its cap or deadline, the failure is named on that target, credentials never show.
+
+The targets are real TCP servers (tests/hostile_peers.py) misbehaving on purpose."""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from podgpu.bridge.scrape import ScrapeError, Target, count_samples, parse_url, redact
+from tests.hostile_peers import HostilePeers
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def peers() -> Iterator[HostilePeers]:
+    srv = HostilePeers()
+    yield srv
+    srv.close()
+
+
+def target(url: str, timeout: float = 3.0, **kw: int) -> Target:
+    u, instance = parse_url(url)
+    return Target(u, instance, timeout, **kw)
+
+
+def failure(t: Target) -> str:
+    with pytest.raises(ScrapeError) as info:
+        t.scrape()
+    assert t.stats().last_error == str(info.value)
+    assert not t.stats().up
+    return str(info.value)
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def test_a_good_target_scrapes(peers: HostilePeers) -> None:
+    fams = target(peers.url("/good")).scrape()
+    assert {s.name for f in fams for s in f.samples} == {"up_gauge", "scrapes_total"}
+
+
+def test_a_gzip_bomb_is_cut_at_the_cap_after_decompression(peers: HostilePeers) -> None:
+    # 64 MiB of zeros in ~64 KB of gzip: under the cap compressed, 16 times over it inflated.
+    before = rss_mib()
+    why = failure(target(peers.url("/bomb?mib=64"), max_bytes=4 * MIB))
+    assert "after gzip decompression" in why and str(4 * MIB) in why
+    assert rss_mib() - before < 32  # the cap (4 MiB) plus slack, not 64 MiB
+
+
+def test_an_endless_body_is_cut_at_the_cap(peers: HostilePeers) -> None:
+    why = failure(target(peers.url("/huge?mib=0"), max_bytes=2 * MIB))
+    assert f"over the {2 * MIB}-byte limit" in why
+
+
+def test_too_many_samples_fail_before_parsing(peers: HostilePeers) -> None:
+    t = target(peers.url("/series?n=20000"), max_samples=10_000)
+    t0 = time.perf_counter()
+    why = failure(t)
+    assert why == "20000 samples, over the limit of 10000 per scrape"
+    # a parse of 20k samples takes seconds; the count on the bytes does not
+    assert time.perf_counter() - t0 < 5
+    assert len(target(peers.url("/series?n=500"), max_samples=500).scrape()[0].samples) == 500
+
+
+def test_count_samples_on_bytes() -> None:
+    text = b"# HELP a x\n# TYPE a gauge\na 1\n\na{b=\"#\"} 2\n#x\nc 3"
+    assert count_samples(text) == 3
+    assert count_samples(b"") == 0
+
+
+def test_a_trickling_target_is_cut_at_its_deadline(peers: HostilePeers) -> None:
+    t = target(peers.url("/trickle"), timeout=1.5)
+    t0 = time.monotonic()
+    why = failure(t)
+    took = time.monotonic() - t0
+    assert why == "no complete answer within 1.5 s"
+    assert 1.4 < took < 4.0
+
+
+def test_one_scrape_in_flight_per_target(peers: HostilePeers) -> None:
+    t = target(peers.url("/trickle"), timeout=2.0)
+    errors: list[str] = []
+
+    def slow() -> None:
+        try:
+            t.scrape()
+        except ScrapeError as exc:
+            errors.append(str(exc))
+
+    first = threading.Thread(target=slow)
+    first.start()
+    time.sleep(0.3)
+    assert failure(t) == "the previous scrape is still running"
+    first.join(5)
+    assert errors == ["no complete answer within 2 s"]
+    assert t.stats().failed == 2
+
+
+@pytest.mark.parametrize("to", ["ftp://127.0.0.1/x", "http://127.0.0.1:1/metrics", "/good"])
+def test_redirects_are_reported_not_followed(peers: HostilePeers, to: str) -> None:
+    before = peers.hits.get("/good", 0)
+    why = failure(target(peers.url(f"/redirect?to={to}")))
+    assert why == f"HTTP 302 redirect to {to} not followed (scrape that URL instead)"
+    assert peers.hits.get("/good", 0) == before
+
+
+def test_credentials_are_sent_and_never_shown(peers: HostilePeers) -> None:
+    t = target(peers.url("/auth", "user:pa55"))
+    assert t.scrape()
+    assert "pa55" not in t.url and t.url == peers.url("/auth", "user:<secret>")
+    assert "pa55" not in repr(t.stats())
+    wrong = target(peers.url("/auth", "user:nope"))
+    assert failure(wrong) == "HTTP 401 Unauthorized"
+    assert redact("http://u:p%40ss@h:1/m?x=1") == "http://u:<secret>@h:1/m?x=1"
+    assert redact("http://h:1/m") == "http://h:1/m"
+    assert redact("https://tok@h/") == "https://tok@h/"
+
+
+def test_refused_and_bad_status_are_one_line(peers: HostilePeers) -> None:
+    assert failure(target(peers.url("/nothing"))) == "HTTP 404 Not Found"
+    why = failure(target("http://127.0.0.1:1/metrics"))
+    assert "refused" in why.lower()
