@@ -12,8 +12,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client as k8s
 
+from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.attribution.podwatch import PodWatcher
 from tests.integration.kube_api_fake import FakeKubeApi, pod
 from tests.integration.kubelet_fake import wait_for
@@ -88,7 +88,7 @@ def test_pod_watch_resumes_after_the_api_server_was_gone(api: FakeKubeApi) -> No
     api.put(pod("u1", "ml", "a"))
     host, port = api.url.removeprefix("http://").split(":")
     relay = Relay((host, int(port))).up()
-    w = PodWatcher("n1", configuration=k8s.Configuration(host=f"http://127.0.0.1:{relay.port}"))
+    w = PodWatcher("n1", configuration=KubeConfig(host=f"http://127.0.0.1:{relay.port}"))
     w.start()
     try:
         wait_for(lambda: set(w.index.by_uid) == {"u1"})

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client as k8s
 
+from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.cli import load_metrics
 from podgpu.config import parse_serve_args
 from podgpu.errors import AttributionError, ConfigError
@@ -25,8 +25,8 @@ def api() -> Iterator[FakeKubeApi]:
     a.stop()
 
 
-def cfg(api: FakeKubeApi) -> k8s.Configuration:
-    return k8s.Configuration(host=api.url)
+def cfg(api: FakeKubeApi) -> KubeConfig:
+    return KubeConfig(host=api.url)
 
 
 def test_list_comes_from_the_configmap_and_wins_over_f(api: FakeKubeApi) -> None:
@@ -63,4 +63,4 @@ def test_forbidden_or_unreachable_api_is_a_runtime_error(api: FakeKubeApi) -> No
         load_metrics(parse_serve_args(["-m", "gpu-operator:exporter-metrics"], {}), cfg(api))
     with pytest.raises(AttributionError, match="cannot read it"):
         load_metrics(parse_serve_args(["-m", "a:b"], {}),
-                     k8s.Configuration(host="http://127.0.0.1:9"))
+                     KubeConfig(host="http://127.0.0.1:9"))

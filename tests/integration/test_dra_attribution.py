@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client as k8s
 
 from podgpu.attribution.attributor import KubeletAttributor, build_attributor
+from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.model import Device
 from tests.integration.kubelet_fake import FakeClaim, FakeContainer, FakeKubelet, FakePod, wait_for
 
@@ -45,7 +45,7 @@ def dra_kubelet(sock: str) -> Iterator[FakeKubelet]:
 def attributor(sock: str, dra: bool) -> KubeletAttributor:
     a = build_attributor(kubernetes=True, pod_resources_kubelet_socket=sock, node_name="node-1",
                          poll_interval_seconds=0.05, kubernetes_enable_dra=dra,
-                         kube_api_configuration=k8s.Configuration(host="http://127.0.0.1:9"))
+                         kube_api_configuration=KubeConfig(host="http://127.0.0.1:9"))
     assert isinstance(a, KubeletAttributor)
     a.start()
     return a

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client as k8s
 
 from podgpu.attribution.attributor import KubeletAttributor, build_attributor
 from podgpu.attribution.base import Attribution
+from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.errors import ConfigError
 from podgpu.model import ContainerRef, Device, GpuProcess
 from tests.integration.kube_api_fake import FakeKubeApi, pod
@@ -46,7 +46,7 @@ def make(sock: str, api: FakeKubeApi | None, **kw: object) -> KubeletAttributor:
     a = build_attributor(
         kubernetes=True, pod_resources_kubelet_socket=sock, proc_root=str(PROC),
         node_name="n1", poll_interval_seconds=0.05,
-        kube_api_configuration=k8s.Configuration(host=api.url if api else "http://127.0.0.1:9"),
+        kube_api_configuration=KubeConfig(host=api.url if api else "http://127.0.0.1:9"),
         **kw)  # type: ignore[arg-type]
     assert isinstance(a, KubeletAttributor)
     a.start()

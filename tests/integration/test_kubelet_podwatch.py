@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from unittest import mock
 
 import pytest
-from kubernetes import client as k8s
 
+from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.attribution.podwatch import PodWatcher
 from tests.integration.kube_api_fake import FakeKubeApi, pod
 from tests.integration.kubelet_fake import wait_for
@@ -24,7 +24,7 @@ def api() -> Iterator[FakeKubeApi]:
 
 
 def watcher(api: FakeKubeApi, node: str | None = "n1") -> PodWatcher:
-    return PodWatcher(node, configuration=k8s.Configuration(host=api.url),
+    return PodWatcher(node, configuration=KubeConfig(host=api.url),
                       watch_timeout_seconds=5, max_backoff_seconds=0.2)
 
 

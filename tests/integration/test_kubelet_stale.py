@@ -74,6 +74,6 @@ def test_a_hung_list_fails_at_the_deadline_and_drops_the_deleted_pod(kubelet: Fa
 
 
 def _no_api() -> object:
-    from kubernetes import client as k8s
+    from podgpu.attribution.kubeapi import KubeConfig
 
-    return k8s.Configuration(host="http://127.0.0.1:9")
+    return KubeConfig(host="http://127.0.0.1:9")

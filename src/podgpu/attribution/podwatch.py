@@ -1,10 +1,16 @@
 """Node-scoped pod list/watch: pod UID -> (namespace, name, labels), container id -> name.
 
-The one module that talks to the Kubernetes API (STYLE rule 3), with the `kubernetes` client,
-imported here only. It lists and watches only the pods of this node (field selector
-`spec.nodeName=<NODE_NAME>`), so RBAC needs only get/list/watch on pods and the cost stays flat as
-the cluster grows. Objects are read as raw JSON and parsed by `parse_pod` (tested on literal
-JSON), not through the client's slow model classes.
+The one module that talks to the Kubernetes API (STYLE rule 3), over kubeapi.py's plain HTTPS
+(issue 20: the `kubernetes` client cost 46 MiB steady for this). It lists and watches only the
+pods of this node (field selector `spec.nodeName=<NODE_NAME>`), so RBAC needs only get/list/watch
+on pods and the cost stays flat as the cluster grows. Objects are read as raw JSON and parsed by
+`parse_pod` (tested on literal JSON).
+
+The watch follows the API's contract: it starts from the list's resourceVersion, asks for
+bookmarks (which advance the version without a change, so a re-opened watch rarely replays or
+expires), ends after a server-side timeout and is re-opened from the last version seen; a 410
+Gone (as the answer or as an ERROR event) means that version was compacted away: list again.
+Failures are counted and retried with exponential backoff up to `max_backoff_seconds`.
 
 Needed because the kubelet's PodResources API has no pod UID and cgroup paths have nothing else:
 this joins NVML processes (pid -> cgroup -> pod UID, container id) to pod names, and gives
@@ -14,21 +20,37 @@ token) the watcher logs one line saying why and stays empty: processes then carr
 
 from __future__ import annotations
 
-import importlib
+import http.client
 import json
 import logging
-import socket
+import os
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
+
+from podgpu.attribution.kubeapi import (
+    Connection,
+    KubeApiError,
+    KubeConfig,
+    NotInCluster,
+    in_cluster,
+    lines,
+)
 
 log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_SECONDS = 300
 """Server-side watch timeout; the watch is re-opened from the last resourceVersion after it."""
 MAX_BACKOFF_SECONDS = 60.0
+LIST_TIMEOUT_SECONDS = 60.0
+"""Deadline of one pod list (s): connect and every read."""
+WATCH_READ_MARGIN_SECONDS = 30.0
+"""A watch's read timeout is the server-side timeout plus this (s): a server that went silent
+(a half-open connection) is noticed, one that ends the watch on time is not cut short."""
+PODS_PATH = "/api/v1/pods"
 _RUNTIME_SCHEMES = ("containerd://", "cri-o://", "docker://", "cri-dockerd://")
 
 
@@ -110,22 +132,24 @@ class _Gone(Exception):
 class PodWatcher:
     """Keeps a `PodIndex` of this node's pods up to date on a daemon thread.
 
-    `configuration` is a `kubernetes.client.Configuration`; None means in-cluster config (service
-    account token and KUBERNETES_SERVICE_HOST). `errors` counts failed list/watch calls
-    (`podgpu_collect_errors_total{source="podwatch"}`); `available` is False when there is no API
-    access at all, with `reason` saying why.
+    `configuration` says where the API is (tests point it at a stand-in); None means in-cluster
+    configuration from `environ` (default: the process environment) and the mounted service
+    account. `errors` counts failed list/watch calls (`podgpu_collect_errors_total{source=
+    "podwatch"}`); `available` is False when there is no API access at all, `reason` says why.
     """
 
     def __init__(
         self,
         node_name: str | None,
         *,
-        configuration: Any = None,
+        configuration: KubeConfig | None = None,
+        environ: Mapping[str, str] | None = None,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
         max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
     ) -> None:
         self._node = node_name or ""
         self._configuration = configuration
+        self._environ = environ
         self._watch_timeout = watch_timeout_seconds
         self._max_backoff = max_backoff_seconds
         self._index = PodIndex()
@@ -133,7 +157,7 @@ class PodWatcher:
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._thread: threading.Thread | None = None
-        self._response: Any = None
+        self._conn: Connection | None = None
         self._last_error = ""
         self.errors = 0
         self.available = True
@@ -162,7 +186,8 @@ class PodWatcher:
 
     def close(self, timeout: float = 2.0) -> None:
         self._stop.set()
-        _interrupt(self._response)
+        if self._conn is not None:
+            self._conn.interrupt()
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -172,60 +197,56 @@ class PodWatcher:
         log.warning("no Kubernetes API access (%s): GPU processes are attributed by pod UID only, "
                     "without pod names, pod UIDs on allocations or pod labels", why)
 
-    def _connect(self) -> Any:
+    def _connect(self) -> Connection | None:
         try:
-            client = importlib.import_module("kubernetes.client")
             cfg = self._configuration
             if cfg is None:
-                config = importlib.import_module("kubernetes.config")
-                cfg = client.Configuration()
-                config.load_incluster_config(client_configuration=cfg)
-                cfg.retries = 0  # this module retries with backoff; no urllib3 retry warnings
-            return client.CoreV1Api(client.ApiClient(cfg))
-        except ImportError as exc:
-            self._unavailable(f"the kubernetes package is not installed: {exc}")
-        except Exception as exc:  # ConfigException: not in a cluster, no token
-            self._unavailable(f"{type(exc).__name__}: {exc}")
+                cfg = in_cluster(os.environ if self._environ is None else self._environ)
+            return Connection(cfg)
+        except (NotInCluster, OSError, ValueError) as exc:  # OSError/ValueError: a bad CA file
+            self._unavailable(str(exc))
         return None
 
     def _run(self) -> None:
-        api = self._connect()  # here, not in start(): importing the client takes ~1 s
-        if api is None:
+        conn = self._connect()
+        if conn is None:
             self._synced.set()
             return
+        self._conn = conn
         backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                rv = self._list(api)
-                backoff = 1.0
-                while not self._stop.is_set():
-                    started = time.monotonic()
-                    rv = self._watch(api, rv)
-                    if time.monotonic() - started < 1.0:  # a proxy closing watches at once:
-                        self._stop.wait(1.0)  # do not spin
-            except _Gone:
-                continue
-            except Exception as exc:
-                if self._stop.is_set():
-                    return
-                self.errors += 1
-                why = _describe(exc)
-                if why != self._last_error:
-                    self._last_error = why
-                    log.warning("pod list/watch failed (%s); retrying in %.0f s", why, backoff)
-                self._stop.wait(backoff)
-                backoff = min(self._max_backoff, backoff * 2)
+        try:
+            while not self._stop.is_set():
+                try:
+                    rv = self._list(conn)
+                    backoff = 1.0
+                    while not self._stop.is_set():
+                        started = time.monotonic()
+                        rv = self._watch(conn, rv)
+                        if time.monotonic() - started < 1.0:  # a proxy closing watches at once:
+                            self._stop.wait(1.0)  # do not spin
+                except _Gone:
+                    continue
+                except Exception as exc:
+                    if self._stop.is_set():
+                        return
+                    self.errors += 1
+                    why = _describe(exc)
+                    if why != self._last_error:
+                        self._last_error = why
+                        log.warning("pod list/watch failed (%s); retrying in %.0f s", why, backoff)
+                    self._stop.wait(backoff)
+                    backoff = min(self._max_backoff, backoff * 2)
+        finally:
+            conn.close()
 
-    def _list(self, api: Any) -> str:
-        resp = api.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self._node}",
-            _preload_content=False,
-            _request_timeout=(10, 60),
-        )
-        body = json.loads(resp.data)
+    def _selector(self) -> dict[str, str]:
+        return {"fieldSelector": f"spec.nodeName={self._node}"}
+
+    def _list(self, conn: Connection) -> str:
+        body = conn.get_json(PODS_PATH, self._selector(), timeout=LIST_TIMEOUT_SECONDS)
         pods: dict[str, PodInfo] = {}
         for item in body.get("items") or ():
-            info = parse_pod(item)
+            info = parse_pod(item) if isinstance(item, dict) else None
             if info is not None:
                 pods[info.uid] = info
         self._pods = pods
@@ -236,27 +257,26 @@ class PodWatcher:
             self._last_error = ""
         return str((body.get("metadata") or {}).get("resourceVersion") or "")
 
-    def _watch(self, api: Any, rv: str) -> str:
-        watch_mod = importlib.import_module("kubernetes.watch.watch")
-        resp = api.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={self._node}",
-            watch=True,
-            resource_version=rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout,
-            _preload_content=False,
-            _request_timeout=(10, self._watch_timeout + 30),
-        )
-        self._response = resp
+    def _watch(self, conn: Connection, rv: str) -> str:
+        query = {**self._selector(), "watch": "true", "resourceVersion": rv,
+                 "allowWatchBookmarks": "true", "timeoutSeconds": str(self._watch_timeout)}
         try:
-            for line in watch_mod.iter_resp_lines(resp):
+            resp = conn.open(PODS_PATH, query,
+                             timeout=self._watch_timeout + WATCH_READ_MARGIN_SECONDS)
+        except KubeApiError as exc:
+            if exc.status == 410:
+                raise _Gone() from None
+            raise
+        try:
+            for line in lines(resp):
                 if self._stop.is_set():
                     break
-                if line:
-                    rv = self._apply(json.loads(line), rv)
+                rv = self._apply(json.loads(line), rv)
         finally:
-            self._response = None
-            resp.release_conn()
+            # A new connection per watch (one every few minutes): a stream left mid-way cannot
+            # be reused, and API servers often close a connection after a watch ends anyway.
+            resp.close()
+            conn.close()
         return rv
 
     def _apply(self, event: Mapping[str, Any], rv: str) -> str:
@@ -282,65 +302,60 @@ class PodWatcher:
         return new_rv
 
 
-def _interrupt(resp: Any) -> None:
-    """Unblock a thread reading a watch stream: shut the socket down under urllib3's feet
-    (closing the response alone leaves the reader blocked until the server's watch timeout)."""
-    if resp is None:
-        return
-    try:
-        conn = getattr(resp, "connection", None) or getattr(resp, "_connection", None)
-        sock = getattr(conn, "sock", None)
-        if sock is not None:
-            sock.shutdown(socket.SHUT_RDWR)
-        resp.close()
-    except Exception:
-        log.debug("interrupting the watch failed", exc_info=True)
-
-
-def _describe(exc: Exception) -> str:
-    status = getattr(exc, "status", None)
-    if status == 403:
-        return "403 Forbidden: the service account needs get/list/watch on pods"
-    if isinstance(status, int) and status:
-        return f"HTTP {status}: {getattr(exc, 'reason', '')}"
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KubeApiError):
+        if exc.status == 403:
+            return "403 Forbidden: the service account needs get/list/watch on pods"
+        if exc.status == 401:
+            return "401 Unauthorized: the service-account token was refused"
+        return f"HTTP {exc.status}: {exc.message or exc.reason}"[:300]
+    if isinstance(exc, http.client.HTTPException) and not str(exc):
+        return type(exc).__name__
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def read_configmap(namespace: str, name: str, key: str = "metrics", *,
-                   configuration: Any = None) -> str:
+                   configuration: KubeConfig | None = None,
+                   environ: Mapping[str, str] | None = None) -> str:
     """The text under `key` of ConfigMap NAMESPACE/NAME (dcgm-exporter's `-m`, issue 9).
 
     Here because this module is podgpu's one Kubernetes API client (STYLE rule 3). RBAC: `get` on
     that ConfigMap (a Role in its namespace is enough). A missing ConfigMap, key or content is the
     user's input: ConfigError (exit 2). No API access at all is AttributionError (exit 1), as
-    dcgm-exporter also stops rather than fall back to a file once `-m` is set.
+    dcgm-exporter also stops rather than fall back to a file once `-m` is set. A broken
+    connection is tried once more, as the official client's one retry did.
     """
     from podgpu.errors import AttributionError, ConfigError
 
     where = f"--configmap-data {namespace}:{name}"
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/configmaps/{quote(name, safe='')}"
     try:
-        client = importlib.import_module("kubernetes.client")
         cfg = configuration
         if cfg is None:
-            config = importlib.import_module("kubernetes.config")
-            cfg = client.Configuration()
-            config.load_incluster_config(client_configuration=cfg)
-        cfg.retries = 1
-        api = client.CoreV1Api(client.ApiClient(cfg))
-        resp = api.read_namespaced_config_map(name, namespace, _preload_content=False,
-                                              _request_timeout=(10, 30))
-        body = json.loads(resp.data)
-    except ImportError as exc:
-        raise AttributionError(f"{where}: the kubernetes package is not installed: {exc}") from None
-    except Exception as exc:
-        status = getattr(exc, "status", None)
-        if status == 404:
+            cfg = in_cluster(os.environ if environ is None else environ)
+        conn = Connection(cfg)
+    except (NotInCluster, OSError, ValueError) as exc:
+        raise AttributionError(f"{where}: no Kubernetes API access: {exc}") from None
+    try:
+        for attempt in (1, 2):
+            try:
+                body = conn.get_json(path, timeout=30.0)
+                break
+            except (OSError, http.client.HTTPException):
+                if attempt == 2:
+                    raise
+    except KubeApiError as exc:
+        if exc.status == 404:
             raise ConfigError(f"{where}: ConfigMap {name!r} not found in namespace "
                               f"{namespace!r}") from None
-        if status == 403:
+        if exc.status == 403:
             raise AttributionError(f"{where}: 403 Forbidden: the service account needs get on "
                                    f"configmaps in {namespace!r}") from None
         raise AttributionError(f"{where}: cannot read it: {_describe(exc)}") from None
+    except Exception as exc:
+        raise AttributionError(f"{where}: cannot read it: {_describe(exc)}") from None
+    finally:
+        conn.close()
     data = body.get("data") or {}
     if key not in data:
         keys = ", ".join(sorted(data)) or "none"
