@@ -1,10 +1,10 @@
 """One scrape target: fetch its text over HTTP(S), parse it, keep its health.
 
-A target is a peer the bridge does not control, so every scrape is bounded (issue 19 item 2):
+A target is a peer the bridge does not control, so every scrape is bounded (issue 19 item 2),
+through podgpu.boundedget:
 
-- **one deadline for the whole scrape** (connect, headers, body), enforced by a watchdog that
-  shuts the socket down when it passes: a target trickling one byte a second cannot hold its
-  worker past `--scrape-timeout` (a socket timeout alone bounds each read, not the answer);
+- **one deadline for the whole scrape** (connect, headers, body): a target trickling one byte a
+  second cannot hold its worker past `--scrape-timeout`;
 - **one scrape in flight per target**: a tick that finds the previous scrape still running counts
   a failure for that target and starts none, so a stuck target never takes the workers of the
   others;
@@ -13,7 +13,7 @@ A target is a peer the bridge does not control, so every scrape is bounded (issu
 - **a sample cap**, counted on the raw bytes before the (slow, memory-hungry) parser runs: past it
   the scrape fails, like Prometheus' `sample_limit`;
 - **no redirects**: a target is a fixed endpoint on this node; a 3xx is reported with its
-  Location, never followed (a redirect to another port, host or scheme cannot move the bridge);
+  Location, never followed (same-origin ones neither: the target URL is the user's to fix);
 - **credentials** in `--scrape http://user:pass@host/...` are sent as basic auth and never shown:
   the URL in /metrics, /health and the log has `<secret>` for the password.
 
@@ -24,17 +24,13 @@ alone.
 from __future__ import annotations
 
 import base64
-import contextlib
-import http.client
-import socket
-import ssl
 import threading
 import time
 import urllib.parse
-import zlib
 from dataclasses import dataclass
 
 from podgpu import __version__
+from podgpu.boundedget import GetError, get, printable
 from podgpu.bridge.parse import Family, ParseError, parse_exposition
 from podgpu.errors import ConfigError
 
@@ -43,9 +39,6 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_SAMPLES = 10_000
 """Samples per scrape (a 56-instance MIG node with 60 fields is ~3,400). The text parser needs
 ~2.8 KiB and ~90 µs per sample, so this bounds one scrape to ~30 MiB and ~1 s of CPU."""
-MAX_REASON = 120
-"""Characters of a target-supplied string (HTTP reason, Location) kept in an error."""
-CHUNK = 64 * 1024
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 SECRET = "<secret>"
 
@@ -87,13 +80,6 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=shown))
 
 
-def printable(text: object, limit: int = MAX_REASON) -> str:
-    """A target-supplied string for an error message: control characters escaped, capped."""
-    s = str(text)
-    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in s[:limit])
-    return out + ("…" if len(s) > limit else "")
-
-
 def count_samples(body: bytes) -> int:
     """Sample lines in a text exposition, counted at C speed on the bytes (not exact for
     indented comments, which only makes it count more)."""
@@ -120,39 +106,6 @@ class TargetStats:
     dropped_value: int
 
 
-class _Watchdog:
-    """Shuts a socket down when the scrape's deadline passes, which wakes any read blocked on it
-    (a trickle of one byte per second never trips a per-read timeout)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.expired = False
-        self._sock: socket.socket | None = None
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def watch(self, sock: socket.socket | None) -> None:
-        with self._lock:
-            self._sock = sock
-            if self.expired:
-                self._shutdown()
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.expired = True
-            self._shutdown()
-
-    def _shutdown(self) -> None:
-        if self._sock is not None:
-            # the plain socket's shutdown, also under TLS: OpenSSL then reads EOF
-            with contextlib.suppress(OSError):
-                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-
-
 class Target:
     """A scrape target and its counters (written by one scrape at a time, read by /metrics)."""
 
@@ -167,9 +120,10 @@ class Target:
         self._timeout = timeout
         self.max_bytes = max_bytes
         self.max_samples = max_samples
+        self._plain_url = urllib.parse.urlunsplit(
+            parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         self._headers = {"Accept": ACCEPT, "Accept-Encoding": "gzip",
-                         "User-Agent": f"podgpu-emf/{__version__}",
-                         "Host": parts.netloc.rpartition("@")[2]}
+                         "User-Agent": f"podgpu-emf/{__version__}"}
         if parts.username is not None:
             pair = (f"{urllib.parse.unquote(parts.username)}:"
                     f"{urllib.parse.unquote(parts.password or '')}")
@@ -186,86 +140,14 @@ class Target:
 
     # --- fetching ----------------------------------------------------------------------------
 
-    def _connection(self) -> http.client.HTTPConnection:
-        host = self._parts.hostname or ""
-        port = self._parts.port
-        if self._parts.scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=self._timeout,
-                                               context=ssl.create_default_context())
-        return http.client.HTTPConnection(host, port, timeout=self._timeout)
-
     def fetch(self) -> str:
         """The answer as text, decompressed and within the caps; ScrapeError says why not."""
-        body, charset = self._fetch()
-        return self._text(body, charset)
-
-    def _fetch(self) -> tuple[bytes, str]:
-        dog = _Watchdog(self._timeout)
-        conn = self._connection()
         try:
-            path = urllib.parse.urlunsplit(("", "", self._parts.path or "/",
-                                            self._parts.query, ""))
-            conn.connect()
-            dog.watch(conn.sock)
-            conn.request("GET", path, headers=self._headers)
-            resp = conn.getresponse()
-            body = self._body(resp)
-            if dog.expired:  # the shutdown can look like a clean end of a short answer
-                raise ScrapeError(f"no complete answer within {self._timeout:g} s")
-            return body, resp.headers.get_content_charset() or "utf-8"
-        except ScrapeError as exc:
-            if dog.expired:
-                raise ScrapeError(f"no complete answer within {self._timeout:g} s") from None
-            raise exc
-        except Exception as exc:  # refused, reset, TLS, bad status line, or the watchdog
-            if dog.expired:
-                raise ScrapeError(f"no complete answer within {self._timeout:g} s") from None
-            if isinstance(exc, (OSError, http.client.HTTPException, ValueError)):
-                text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-                raise ScrapeError(printable(text)) from None
-            raise
-        finally:
-            dog.cancel()
-            conn.close()
-
-    def _body(self, resp: http.client.HTTPResponse) -> bytes:
-        status = resp.status
-        if 300 <= status < 400:
-            where = printable(resp.getheader("Location") or "nowhere")
-            raise ScrapeError(f"HTTP {status} redirect to {where} not followed (scrape that URL "
-                              "instead)")
-        if status != 200:
-            raise ScrapeError(f"HTTP {status} {printable(resp.reason)}")
-        limit = self.max_bytes
-        length = resp.getheader("Content-Length")
-        if length is not None and length.strip().isdigit() and int(length) > limit:
-            raise ScrapeError(f"answer of {int(length)} bytes is over the {limit}-byte limit")
-        encoding = (resp.getheader("Content-Encoding") or "").strip().lower()
-        if encoding not in ("", "identity", "gzip", "x-gzip"):
-            raise ScrapeError(f"unsupported Content-Encoding {printable(encoding)}")
-        inflate = zlib.decompressobj(wbits=31) if encoding in ("gzip", "x-gzip") else None
-        body = bytearray()
-        raw = 0
-        while chunk := resp.read1(CHUNK):
-            raw += len(chunk)
-            if raw > limit:
-                raise ScrapeError(f"answer over the {limit}-byte limit")
-            if inflate is None:
-                body += chunk
-                continue
-            try:
-                data = chunk
-                while data and not inflate.eof:
-                    body += inflate.decompress(data, limit - len(body) + 1)
-                    if len(body) > limit:
-                        raise ScrapeError(f"answer over the {limit}-byte limit after gzip "
-                                          "decompression")
-                    data = inflate.unconsumed_tail
-            except zlib.error as exc:
-                raise ScrapeError(f"undecodable gzip answer: {exc}") from None
-        if inflate is not None and not inflate.eof:
-            raise ScrapeError("undecodable gzip answer: truncated")
-        return bytes(body)
+            answer = get(self._plain_url, timeout=self._timeout, max_bytes=self.max_bytes,
+                         headers=self._headers)
+        except GetError as exc:
+            raise ScrapeError(str(exc)) from None
+        return self._text(answer.body, answer.charset or "utf-8")
 
     def _text(self, body: bytes, charset: str) -> str:
         n = count_samples(body)

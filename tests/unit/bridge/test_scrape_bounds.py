@@ -108,7 +108,7 @@ def test_one_scrape_in_flight_per_target(peers: HostilePeers) -> None:
 def test_redirects_are_reported_not_followed(peers: HostilePeers, to: str) -> None:
     before = peers.hits.get("/good", 0)
     why = failure(target(peers.url(f"/redirect?to={to}")))
-    assert why == f"HTTP 302 redirect to {to} not followed (scrape that URL instead)"
+    assert why == f"HTTP 302 redirect to {to} not followed (use that URL instead)"
     assert peers.hits.get("/good", 0) == before
 
 
