@@ -1,0 +1,12 @@
+"""Per-pod GPU accounting (issue 21): allocated, used, energy and memory integrated on the node.
+
+`shares` turns one snapshot into per-holder rates (pure), `integrate.advance` turns a snapshot
+pair and the previous totals into new totals (pure), `render` prints them as Prometheus counter
+families and EMF series, and `source.Accountant` keeps the current state for `podgpu serve`.
+See docs/accounting.md for the definitions.
+"""
+
+from podgpu.accounting.integrate import Entry, Options, State, advance
+from podgpu.accounting.source import Accountant
+
+__all__ = ["Accountant", "Entry", "Options", "State", "advance"]

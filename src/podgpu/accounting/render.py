@@ -1,0 +1,91 @@
+"""Accounting totals -> Prometheus counter families and EMF series (pure, given the state).
+
+Labels: `gpu, UUID, [GPU_I_ID], Hostname`, the pod labels copied by the allowlist
+(`--kubernetes-enable-pod-labels`), then `pod, namespace, container, [pod_uid]` — the order of
+podgpu's other per-pod families, so `on(UUID)` joins with them and with the device series work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+
+from podgpu.accounting.integrate import State
+from podgpu.accounting.shares import HolderKey
+from podgpu.model import ContainerRef, Device
+from podgpu.sinks.prometheus.labels import (
+    LabelOptions,
+    Pairs,
+    container_pairs,
+    pod_label_pairs,
+    short_identity_pairs,
+)
+from podgpu.sinks.prometheus.text import escape_help, label_pairs
+
+ALLOCATED = "podgpu_pod_gpu_allocated_seconds_total"
+USED = "podgpu_pod_gpu_used_seconds_total"
+ENERGY = "podgpu_pod_gpu_energy_joules_total"
+MEMORY = "podgpu_pod_gpu_memory_byte_seconds_total"
+UNATTRIBUTED = "podgpu_gpu_unattributed_energy_joules_total"
+SKIPPED = "podgpu_accounting_skipped_seconds_total"
+
+FAMILIES: tuple[tuple[str, str], ...] = (
+    (ALLOCATED, "GPU-seconds the container held on this device: a time-sliced replica counts its "
+                "share (the holders of one GPU add up to 1 per second), a MIG instance its "
+                "compute slices over the GPU's."),
+    (USED, "Utilisation-weighted GPU-seconds: the container's processes' SM utilisation (or the "
+           "device's, split by allocation, when NVML has no per-process figure) x seconds."),
+    (ENERGY, "Joules of the GPU's energy counter while the container held it, split between "
+             "holders by used share (by allocated share when nothing is used or use is unknown)."),
+    (MEMORY, "GPU memory of the container's processes integrated over time (byte-seconds)."),
+)
+"""(name, help) of the per-holder counters, in Entry field order."""
+
+_ORDER = {"pod": 0, "namespace": 1, "container": 2, "pod_uid": 3}
+
+
+def holder_pairs(device: Device, ref: ContainerRef, opts: LabelOptions) -> Pairs:
+    """The label pairs of one holder's accounting series."""
+    attrs = sorted(container_pairs(ref, opts), key=lambda kv: _ORDER.get(kv[0], 9))
+    return short_identity_pairs(device, opts) + tuple(sorted(pod_label_pairs(ref, opts))) \
+        + tuple(attrs)
+
+
+def render_families(state: State, opts: LabelOptions,
+                    cache: MutableMapping[tuple[HolderKey, Device], str] | None = None) -> str:
+    """The accounting counters in text format 0.0.4; `cache` (label text per holder, kept by
+    the caller between cycles) saves rebuilding labels of a steady node."""
+    if cache is None:
+        cache = {}
+    rows: list[tuple[str, tuple[float, float, float, float]]] = []
+    for key, e in sorted(state.entries.items(), key=lambda kv: kv[1].device.index):
+        ck = (key, e.device)
+        text = cache.get(ck)
+        if text is None:
+            text = cache[ck] = label_pairs(holder_pairs(e.device, key[1], opts))
+        rows.append((text, (e.allocated_seconds, e.used_seconds, e.energy_joules,
+                            e.memory_byte_seconds)))
+    out: list[str] = []
+    if rows:
+        for i, (name, help_text) in enumerate(FAMILIES):
+            out.append(f"# HELP {name} {escape_help(help_text)}\n# TYPE {name} counter\n")
+            out.extend(f"{name}{{{labels}}} {values[i]!r}\n" for labels, values in rows)
+    if state.unattributed:
+        out.append(f"# HELP {UNATTRIBUTED} Joules of the GPU's energy counter while no "
+                   "container held it (pods + this = the device's increase).\n"
+                   f"# TYPE {UNATTRIBUTED} counter\n")
+        for gpu_uuid in sorted(state.unattributed):
+            g = state.unattributed[gpu_uuid]
+            out.append(f"{UNATTRIBUTED}{{{label_pairs(short_identity_pairs(g.device, opts))}}}"
+                       f" {g.joules!r}\n")
+    out.append(f"# HELP {SKIPPED} Seconds between snapshots too far apart to integrate "
+               "(podgpu stalled); not in any accounting counter.\n"
+               f"# TYPE {SKIPPED} counter\n{SKIPPED} {state.skipped_seconds!r}\n")
+    return "".join(out)
+
+
+def emf_items(state: State, opts: LabelOptions) -> Iterator[tuple[Pairs, list[tuple[str, float]]]]:
+    """(label pairs, [(metric, total), ...]) per holder, for the EMF sink's counter deltas."""
+    for key, e in state.entries.items():
+        yield holder_pairs(e.device, key[1], opts), [
+            (ALLOCATED, e.allocated_seconds), (USED, e.used_seconds),
+            (ENERGY, e.energy_joules), (MEMORY, e.memory_byte_seconds)]
