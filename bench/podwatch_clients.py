@@ -1,12 +1,19 @@
-"""What the pod watch's Kubernetes client costs in RSS (issue 8 item 5: "if the Kubernetes client
-library is the cost, measure a lighter maintained client"). One client per run, in this
-interpreter: on top of what `podgpu serve -k` already loads (aiohttp, grpc, pynvml, ssl), it
-lists this node's pods from the pod API stand-in over TLS with a bearer token and follows a watch
-through 20 changes, as podgpu's pod watch does. Prints one JSON line.
+"""What the pod watch's Kubernetes client costs (issue 8 item 5, issue 20 item 1): RSS steady and
+peak, start-up, installed bytes. One client per run, in this interpreter: on top of what
+`podgpu serve -k` already loads (aiohttp, pynvml, ssl), it lists this node's pods from the pod
+API stand-in over TLS with a bearer token and follows a watch through 20 changes, as podgpu's pod
+watch does. Prints one JSON line.
 
-    PYTHONPATH=src .venv/bin/python bench/podwatch_clients.py kubernetes
+    PYTHONPATH=src .venv/bin/python bench/podwatch_clients.py podgpu      # kubeapi.py (http.client)
+    PYTHONPATH=src .venv/bin/python bench/podwatch_clients.py aiohttp
     PYTHONPATH=src .venv/bin/python bench/podwatch_clients.py urllib3
-    PYTHONPATH=src VENV_WITH_LIGHTKUBE/bin/python bench/podwatch_clients.py lightkube
+    PYTHONPATH=src .venv/bin/python bench/podwatch_clients.py kubernetes
+    PYTHONPATH=src:/tmp/lk .venv/bin/python bench/podwatch_clients.py lightkube  # pip install --target /tmp/lk lightkube
+    PYTHONPATH=src:/tmp/kr .venv/bin/python bench/podwatch_clients.py kr8s       # pip install --target /tmp/kr kr8s
+
+`start_s` is from the first import of the client to the first list decoded; `installed_mib` the
+files of the client's distribution and of every dependency it pulls in that podgpu's core
+dependencies do not already bring.
 """
 
 from __future__ import annotations
@@ -21,8 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
-import aiohttp  # noqa: E402,F401  - what podgpu -k has loaded before its pod watch starts
-import grpc  # noqa: E402,F401
+import aiohttp  # noqa: E402  - what podgpu -k has loaded before its pod watch starts
 import pynvml  # noqa: E402,F401
 from tests.deploy.standins import TOKEN, KubeApi  # noqa: E402
 from tests.integration.kube_api_fake import pod  # noqa: E402
@@ -41,11 +47,50 @@ def full_pod(uid: str, name: str) -> dict[str, object]:
     return p
 
 
-def rss_kib() -> int:
+def rss_kib(field: str = "VmRSS") -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {field}")
+
+
+CORE = ("aiohttp", "nvidia-ml-py", "bcrypt", "PyYAML", "google-re2")
+"""podgpu's core dependencies: what they pull in is not counted against a client."""
+
+
+def _closure(names: tuple[str, ...] | list[str]) -> set[str]:
+    """Distribution names reachable from `names` through their (unconditional) requirements."""
+    from packaging.requirements import Requirement
+
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        seen.add(name)
+        for text in dist.requires or ():
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen
+
+
+def installed_mib(dist: str) -> float:
+    """Bytes of `dist` and the dependencies it adds to podgpu's core set, in MiB."""
+    extra = _closure([dist]) - _closure(list(CORE))
+    total = 0
+    for name in extra:
+        d = importlib.metadata.distribution(name)
+        for f in d.files or ():
+            p = Path(str(d.locate_file(f)))
+            if p.is_file():
+                total += p.stat().st_size
+    return round(total / 2**20, 1)
 
 
 def with_kubernetes(api: KubeApi, seen: list[str]) -> None:
@@ -90,6 +135,68 @@ def with_lightkube(api: KubeApi, seen: list[str]) -> None:
             break
 
 
+def with_podgpu(api: KubeApi, seen: list[str]) -> None:
+    """podgpu's own: attribution/kubeapi.py over http.client, as podwatch.py calls it."""
+    from podgpu.attribution.kubeapi import Connection, KubeConfig, lines
+
+    conn = Connection(KubeConfig(f"https://127.0.0.1:{api.port}", token=TOKEN,
+                                 ca_file=str(api.sa_dir / "ca.crt")))
+    sel = {"fieldSelector": f"spec.nodeName={NODE}"}
+    body = conn.get_json("/api/v1/pods", sel, timeout=30)
+    seen.extend(p["metadata"]["name"] for p in body["items"])
+    resp = conn.open("/api/v1/pods", {**sel, "watch": "true", "timeoutSeconds": "30",
+                                      "resourceVersion": body["metadata"]["resourceVersion"]},
+                     timeout=60)
+    for line in lines(resp):
+        seen.append(json.loads(line)["object"]["metadata"]["name"])
+        if len(seen) >= 1 + CHANGES:
+            break
+    conn.close()
+
+
+def with_aiohttp(api: KubeApi, seen: list[str]) -> None:
+    """aiohttp's client on an event loop of this thread (podgpu's server loop is another)."""
+    import asyncio
+    import ssl
+
+    async def run() -> None:
+        ctx = ssl.create_default_context(cafile=str(api.sa_dir / "ca.crt"))
+        base = f"https://127.0.0.1:{api.port}/api/v1/pods"
+        sel = {"fieldSelector": f"spec.nodeName={NODE}"}
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession(headers=headers) as session:
+            async with session.get(base, params=sel, ssl=ctx) as r:
+                body = await r.json()
+            seen.extend(p["metadata"]["name"] for p in body["items"])
+            params = {**sel, "watch": "true", "timeoutSeconds": "30",
+                      "resourceVersion": body["metadata"]["resourceVersion"]}
+            async with session.get(base, params=params, ssl=ctx) as r:
+                async for line in r.content:
+                    if line.strip():
+                        seen.append(json.loads(line)["object"]["metadata"]["name"])
+                    if len(seen) >= 1 + CHANGES:
+                        break
+
+    asyncio.run(run())
+
+
+def with_kr8s(api: KubeApi, seen: list[str]) -> None:
+    """kr8s's synchronous API, configured from the service-account directory and env."""
+    import os
+
+    os.environ.update(api.env())
+    import kr8s
+
+    k = kr8s.api(serviceaccount=str(api.sa_dir), kubeconfig="/nonexistent")
+    for p in k.get("pods", namespace=kr8s.ALL, field_selector={"spec.nodeName": NODE}):
+        seen.append(p.name)
+    for _kind, p in k.watch("pods", namespace=kr8s.ALL, field_selector={"spec.nodeName": NODE}):
+        if p.name not in seen:
+            seen.append(p.name)
+        if len(seen) >= 1 + CHANGES:
+            break
+
+
 def with_urllib3(api: KubeApi, seen: list[str]) -> None:
     """Raw list/watch, no client library (urllib3 is already there: botocore depends on it)."""
     import urllib3
@@ -115,15 +222,19 @@ def with_urllib3(api: KubeApi, seen: list[str]) -> None:
 
 def main() -> int:
     which = sys.argv[1]
-    run = {"kubernetes": with_kubernetes, "lightkube": with_lightkube,
-           "urllib3": with_urllib3}[which]
+    run = {"kubernetes": with_kubernetes, "lightkube": with_lightkube, "urllib3": with_urllib3,
+           "podgpu": with_podgpu, "aiohttp": with_aiohttp, "kr8s": with_kr8s}[which]
     api = KubeApi().start()
     api.fake.put(full_pod("u-0", "first"))
     time.sleep(0.2)
     before = rss_kib()
     seen: list[str] = []
+    t0 = time.perf_counter()
     t = threading.Thread(target=run, args=(api, seen), daemon=True)
     t.start()
+    while not seen and t.is_alive() and time.perf_counter() - t0 < 30:
+        time.sleep(0.002)
+    start_s = time.perf_counter() - t0
     time.sleep(1.0)
     for i in range(CHANGES):
         api.fake.put(full_pod(f"u-{i + 1}", f"p{i + 1}"))
@@ -131,12 +242,18 @@ def main() -> int:
     t.join(30)
     assert len(seen) >= 1 + CHANGES, seen
     after = rss_kib()
+    peak = rss_kib("VmHWM")
     api.stop()
-    dist = {"kubernetes": "kubernetes", "lightkube": "lightkube", "urllib3": "urllib3"}[which]
-    print(json.dumps({"client": which, "version": importlib.metadata.version(dist),
+    dist = {"kubernetes": "kubernetes", "lightkube": "lightkube", "urllib3": "urllib3",
+            "podgpu": "", "aiohttp": "aiohttp", "kr8s": "kr8s"}[which]
+    print(json.dumps({"client": which,
+                      "version": importlib.metadata.version(dist) if dist else "stdlib",
+                      "installed_mib": installed_mib(dist) if dist else 0.0,
+                      "start_s": round(start_s, 3),
                       "rss_before_mib": round(before / 1024, 1),
                       "rss_after_mib": round(after / 1024, 1),
                       "delta_mib": round((after - before) / 1024, 1),
+                      "peak_delta_mib": round((peak - before) / 1024, 1),
                       "events_seen": len(seen)}))
     return 0
 

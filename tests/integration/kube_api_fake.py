@@ -107,6 +107,19 @@ class FakeKubeApi:
                         and parts[4] == "configmaps":
                     self._configmap(parts[3], parts[5])
                     return
+                # Version and discovery, for clients that read them first (kr8s in the bench).
+                discovery: dict[str, dict[str, Any]] = {
+                    "/version": {"major": "1", "minor": "33", "gitVersion": "v1.33.0"},
+                    "/api": {"kind": "APIVersions", "versions": ["v1"]},
+                    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": []},
+                    "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                        {"name": n, "singularName": n[:-1], "namespaced": True, "kind": k,
+                         "verbs": ["get", "list", "watch"]}
+                        for n, k in (("pods", "Pod"), ("configmaps", "ConfigMap"))]},
+                }
+                if url.path.rstrip("/") in discovery:
+                    self._json(200, discovery[url.path.rstrip("/")])
+                    return
                 if url.path != "/api/v1/pods":
                     self._json(404, {"kind": "Status", "code": 404})
                     return
