@@ -13,7 +13,9 @@ Paths:
 - `/trickle`: the status line, then one byte a second, forever;
 - `/redirect?to=URL`: a 302 to URL;
 - `/auth`: 401 unless basic auth `user:pa55` is sent, then `/good`'s text;
-- `/json?body=...`: set with `set_body(path, bytes)`: any fixed answer (for `top`).
+- any path set with `set_body(path, bytes)`: that fixed answer (for `top`).
+
+`top` appends `/api/v1/snapshot` to each URL; the server takes it off before choosing.
 """
 
 from __future__ import annotations
@@ -60,9 +62,10 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         url = urllib.parse.urlsplit(parts[1])
         query = dict(urllib.parse.parse_qsl(url.query))
-        self.server.hits[url.path] = self.server.hits.get(url.path, 0) + 1
+        path = url.path.removesuffix("/api/v1/snapshot")  # `top` appends it to every URL
+        self.server.hits[path] = self.server.hits.get(path, 0) + 1
         with contextlib.suppress(OSError):
-            self._answer(sock, url.path, query, head)
+            self._answer(sock, path, query, head)
 
     def _send(self, sock: socket.socket, status: str, body: bytes, headers: str = "",
               ctype: str = "text/plain; version=0.0.4") -> None:

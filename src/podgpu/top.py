@@ -14,16 +14,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import math
 import os
 import select
 import shutil
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -36,23 +33,15 @@ from rich.text import Text
 from podgpu.errors import ConfigError
 from podgpu.sinks.live import fmt
 from podgpu.sinks.live.page import pod_cells
-from podgpu.sinks.live.view import SCHEMA
+from podgpu.topdoc import NodeResult, clean, fetch
+
+__all__ = ["NodeResult", "clean", "fetch", "run"]
 
 DEFAULT_URL = "http://127.0.0.1:9400"
 SNAPSHOT_PATH = "/api/v1/snapshot"
 DEFAULT_TIMEOUT = 2.0
 SORTS = ("util", "memory", "name", "node")
 BAR_WIDTH = 10
-_CONTROL = {c: "?" for c in [*range(0, 32), 127]}
-
-
-@dataclass(frozen=True, slots=True)
-class NodeResult:
-    """One endpoint's answer: the view, or why there is none."""
-
-    url: str
-    view: dict[str, Any] | None
-    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,41 +93,13 @@ def snapshot_url(text: str) -> str:
     return urllib.parse.urlunsplit((parsed.scheme, netloc, path, "", ""))
 
 
-def fetch(url: str, timeout: float) -> NodeResult:
-    """GET one snapshot; every failure becomes the node's error text, never an exception."""
-    deadline = time.monotonic() + timeout
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            chunks: list[bytes] = []
-            while chunk := r.read1(1 << 16):  # each read waits at most `timeout`
-                chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"answer not complete in {timeout:g} s")
-            view = json.loads(b"".join(chunks))
-    except urllib.error.HTTPError as exc:
-        return NodeResult(url, None, f"HTTP {exc.code}")
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        return NodeResult(url, None, str(reason) or type(exc).__name__)
-    if not isinstance(view, dict) or view.get("schema") != SCHEMA:
-        got = view.get("schema") if isinstance(view, dict) else type(view).__name__
-        return NodeResult(url, None, f"not a {SCHEMA} document (schema {got!r})")
-    return NodeResult(url, view)
-
-
 def poll(urls: Sequence[str], timeout: float, pool: ThreadPoolExecutor) -> list[NodeResult]:
-    """All nodes at once. urllib's timeout bounds each socket operation, not the whole answer,
-    so a node that trickles bytes is cut off here at `timeout` (plus a little) and shown dead."""
+    """All nodes at once, each within `timeout` for the whole answer (topdoc.fetch); the wait
+    here is a second line of defence (plus a little) so one node never holds the view."""
     futures = [pool.submit(fetch, u, timeout) for u in urls]
     done, _ = wait(futures, timeout=timeout + 0.5)
     return [f.result() if f in done else NodeResult(u, None, f"no answer in {timeout:g} s")
             for u, f in zip(urls, futures, strict=True)]
-
-
-def clean(text: object) -> str:
-    """Pod-supplied text made safe for a terminal: control characters (escape sequences) become
-    '?'. Rich markup is never parsed because cells are Text objects."""
-    return str(text).translate(_CONTROL)
 
 
 def bar(ratio: float | None) -> str:
@@ -187,13 +148,14 @@ def render(results: Sequence[NodeResult], state: TopState, now: float) -> Render
     parts: list[RenderableType] = []
     for res in results:
         if res.view is None:
-            parts.append(Text(f"{node_name(res)}  DEAD: {clean(res.error)}  ({res.url})",
-                              style="bold red"))
+            state_word = "BAD" if res.bad else "DEAD"
+            parts.append(Text(f"{node_name(res)}  {state_word}: {clean(res.error, 400)}  "
+                              f"({clean(res.url, 400)})", style="bold red"))
             continue
         v = res.view
         age, stale = _age(v, now)
         health = v["health"]
-        status = "STALE" if stale else health["status"]
+        status = "STALE" if stale else clean(health["status"])
         line = Text(f"{clean(v['node'])}  {clean(v['backend'])}  cycle {v['cycle']}  {age}  {status}",
                     style="bold red" if stale or health["status"] != "ok" else "bold")
         if health["reasons"]:

@@ -107,7 +107,7 @@ def test_stale_node_is_flagged() -> None:
 
 
 def test_pod_strings_cannot_drive_the_terminal_or_rich_markup() -> None:
-    assert clean("a\x1b[2Jb\x07") == "a?[2Jb?"
+    assert clean("a\x1b[2Jb\x07") == "a\\x1b[2Jb\\x07"
     v = view("n", {"[bold red]x[/bold red]": (0.5, GIB)})
     text = plain_text([NodeResult("u", v)], TopState(), now=1000.0, width=160)
     assert "[bold red]x[/bold red]" in text
