@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import queue
+import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -28,20 +30,31 @@ def pod(uid: str, ns: str, name: str, node: str = "n1", labels: dict[str, str] |
 
 
 class FakeKubeApi:
-    def __init__(self) -> None:
+    def __init__(self, bind: str = "127.0.0.1") -> None:
         self.lock = threading.Lock()
         self.pods: dict[str, dict[str, Any]] = {}
         self.rv = 100
         self.requests: list[dict[str, list[str]]] = []
         self.fail_status: int | None = None
+        self.tokens: set[str] | None = None
+        """Bearer tokens accepted; None accepts any request (as before auth was checked)."""
+        self.auth: list[str] = []
+        """The Authorization header of every request, in order ('' when absent)."""
+        self.on_unauthorized: Callable[[], None] | None = None
+        """Called before a 401 is answered (a test rotates the token file there)."""
+        self.gone_below = 0
+        """A watch from a resourceVersion below this is answered HTTP 410 Gone."""
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
         """(namespace, name) -> data, served at /api/v1/namespaces/NS/configmaps/NAME."""
         self.events: list[tuple[int, dict[str, Any]]] = []
         """Every change with its resourceVersion: a watch from version V replays those after V."""
         self._watchers: list[queue.Queue[dict[str, Any] | None]] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        server = type("Server", (ThreadingHTTPServer,),
+                      {"address_family": socket.AF_INET6 if ":" in bind else socket.AF_INET})
+        self._server = server((bind, 0), self._handler())
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        host = f"[{bind}]" if ":" in bind else bind
+        self.url = f"http://{host}:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def start(self) -> FakeKubeApi:
@@ -82,6 +95,14 @@ class FakeKubeApi:
             self._emit("ERROR", {"kind": "Status", "code": 410, "reason": "Expired",
                                  "message": "too old resource version"})
 
+    def bookmark(self) -> None:
+        """A BOOKMARK event at a new resourceVersion (no object changed), as the API server
+        sends to watches that asked for allowWatchBookmarks."""
+        with self.lock:
+            self.rv += 1
+            self._emit("BOOKMARK", {"kind": "Pod", "apiVersion": "v1",
+                                    "metadata": {"resourceVersion": str(self.rv)}})
+
     def close_watches(self) -> None:
         for q in list(self._watchers):
             q.put(None)
@@ -102,6 +123,14 @@ class FakeKubeApi:
                 url = urlparse(self.path)
                 qs = parse_qs(url.query)
                 api.requests.append({"path": [url.path], **qs})
+                api.auth.append(self.headers.get("Authorization") or "")
+                if api.tokens is not None and \
+                        self.headers.get("Authorization", "").removeprefix("Bearer ") not in api.tokens:
+                    if api.on_unauthorized is not None:
+                        api.on_unauthorized()
+                    self._json(401, {"kind": "Status", "code": 401, "reason": "Unauthorized",
+                                     "message": "Unauthorized"})
+                    return
                 parts = url.path.strip("/").split("/")
                 if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 \
                         and parts[4] == "configmaps":
@@ -130,6 +159,10 @@ class FakeKubeApi:
                 node = qs.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
                 if qs.get("watch") == ["true"]:
                     since = int(qs.get("resourceVersion", ["0"])[0] or 0)
+                    if since < api.gone_below:
+                        self._json(410, {"kind": "Status", "code": 410, "reason": "Expired",
+                                         "message": f"too old resource version: {since}"})
+                        return
                     self._watch(node, since, float(qs.get("timeoutSeconds", ["30"])[0]))
                     return
                 with api.lock:
@@ -188,7 +221,8 @@ class FakeKubeApi:
                         if ev is None:
                             break
                         obj = ev["object"]
-                        if ev["type"] != "ERROR" and obj["spec"]["nodeName"] != node:
+                        if ev["type"] not in ("ERROR", "BOOKMARK") and \
+                                obj["spec"]["nodeName"] != node:
                             continue
                         self._chunk(json.dumps(ev).encode() + b"\n")
                     self.wfile.write(b"0\r\n\r\n")

@@ -159,6 +159,8 @@ class PodWatcher:
         self._thread: threading.Thread | None = None
         self._conn: Connection | None = None
         self._last_error = ""
+        self.resource_version = ""
+        """The last resourceVersion seen (list, event or bookmark): where a watch resumes."""
         self.errors = 0
         self.available = True
         self.reason = ""
@@ -255,7 +257,8 @@ class PodWatcher:
         if self._last_error:
             log.info("pod list/watch works again")
             self._last_error = ""
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        return self.resource_version
 
     def _watch(self, conn: Connection, rv: str) -> str:
         query = {**self._selector(), "watch": "true", "resourceVersion": rv,
@@ -271,7 +274,7 @@ class PodWatcher:
             for line in lines(resp):
                 if self._stop.is_set():
                     break
-                rv = self._apply(json.loads(line), rv)
+                rv = self.resource_version = self._apply(json.loads(line), rv)
         finally:
             # A new connection per watch (one every few minutes): a stream left mid-way cannot
             # be reused, and API servers often close a connection after a watch ends anyway.
