@@ -75,7 +75,7 @@ def test_top_once_shows_every_node_and_a_dead_and_a_hung_one(serve, tmp_path: Pa
     assert any(line.startswith("node-a  simulated") for line in lines)
     assert any(line.startswith("node-b  simulated") for line in lines)
     assert any(line.startswith(f"{dead}  DEAD:") and "refused" in line for line in lines), out.stdout
-    assert any(line.startswith(f"{hung}  DEAD:") and "timed out" in line for line in lines), out.stdout
+    assert any(line.startswith(f"{hung}  DEAD:") and "no complete answer within" in line for line in lines), out.stdout
     # node-b has two A100s and no pods: GPU rows, no pod rows
     rows = top_pod_rows(out.stdout)
     assert {r[0] for r in rows} == {"node-a"}
