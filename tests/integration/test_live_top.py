@@ -187,4 +187,4 @@ def test_top_cuts_off_a_node_that_trickles_its_answer() -> None:
         stop.set()
         srv.close()
     assert out.returncode == 1
-    assert "DEAD: answer not complete in 1 s" in out.stdout, out.stdout
+    assert "DEAD: no complete answer within 1 s" in out.stdout, out.stdout
