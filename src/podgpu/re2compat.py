@@ -83,9 +83,9 @@ class GoPattern:
     or field it came from (for messages)."""
 
     pattern: str
-    where: str
-    anchored: bool
-    _rx: Any = field(repr=False, compare=False)
+    where: str = field(compare=False)
+    anchored: bool = False
+    _rx: Any = field(default=None, repr=False, compare=False)
 
     def search(self, text: str) -> bool:
         """True when the pattern matches anywhere in `text` (Go's `MatchString`)."""

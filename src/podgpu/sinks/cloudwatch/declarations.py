@@ -2,30 +2,40 @@
 
 Input is the agent's whole JSON file (`logs.metrics_collected.prometheus`), the `prometheus`
 object alone, or the `emf_processor` object alone. Matching follows the agent's awsemf exporter
-exactly (reference/cloudwatch.md §2.3-2.4): source labels joined with the separator, a missing
-label as "", unanchored regexes, the union of the matching declarations' dimension sets, a set that
-names a label missing on the series dropped, sets de-duplicated and sorted. Where the agent is
-wrong podgpu does better; every difference is in docs/cloudwatch.md ("Differences from the agent").
+exactly (docs/cloudwatch.md, "What the agent does with the config"): source labels joined with
+`;` (the agent never passes `label_separator` on), a missing label as "", unanchored Go RE2
+regexes (podgpu.re2compat), the union of the matching declarations' dimension sets, a set that
+names a label missing on the series dropped, sets de-duplicated and sorted (issue 18 item 2).
 
-Every problem is a ConfigError naming the file, the declaration index and the key.
+What the agent accepts podgpu accepts, with one warning where the agent logs one or where the
+agent's behaviour surprises: an empty or invalid `label_matcher`, empty `source_labels` or
+`metric_selectors` drop the declaration; a dimension set of more than 10 names is dropped; an
+unknown `metric_unit` is dropped; `metric_namespace: ""` becomes `default`. What stops the agent
+stops podgpu (exit 2, naming file, declaration index and key): JSON or schema errors, an invalid
+`metric_selectors` regex (the agent panics).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from podgpu.errors import ConfigError
+from podgpu.re2compat import GoPattern, compile_go
 
 log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "ContainerInsights/Prometheus"
 DEFAULT_LOG_GROUP = "/aws/containerinsights/{ClusterName}/prometheus"
-MAX_DIMENSIONS = 30  # EMF spec and PutMetricData (reference §4, §5.2); the agent drops > 10
+DEFAULT_LOG_STREAM = "{JobName}"
+"""The agent's translated awsemf config always names the stream `{JobName}`: the `job` label."""
+EMPTY_NAMESPACE = "default"
+"""awsemf's namespace when the configured one is empty (and no OTel service name exists)."""
+MAX_DIMENSIONS = 10  # awsemf drops a set naming more (EMF itself allows 30)
+SEPARATOR = ";"
 CLOUDWATCH_UNITS = frozenset((
     "Seconds", "Microseconds", "Milliseconds", "Bytes", "Kilobytes", "Megabytes", "Gigabytes",
     "Terabytes", "Bits", "Kilobits", "Megabits", "Gigabits", "Terabits", "Percent", "Count",
@@ -53,17 +63,17 @@ class Declaration:
 
     index: int
     source_labels: tuple[str, ...]
-    label_matcher: re.Pattern[str]
+    label_matcher: GoPattern
     separator: str
-    selectors: tuple[re.Pattern[str], ...]
+    selectors: tuple[GoPattern, ...]
     dimensions: tuple[tuple[str, ...], ...]
 
     def matches_labels(self, labels: Labels) -> bool:
         joined = self.separator.join(labels.get(n, "") for n in self.source_labels)
-        return self.label_matcher.search(joined) is not None
+        return self.label_matcher.search(joined)
 
     def selects(self, metric: str) -> bool:
-        return any(s.search(metric) is not None for s in self.selectors)
+        return any(s.search(metric) for s in self.selectors)
 
     def dimension_sets(self, labels: Labels) -> tuple[tuple[str, ...], ...]:
         """The sets whose every label is present on the series (the others are dropped)."""
@@ -144,16 +154,25 @@ def parse_emf_config(text: str, path: str = "<config>") -> EmfConfig:
     _unknown(emf, _EMF_KEYS, path, emf_where)
     namespace = emf.get("metric_namespace", DEFAULT_NAMESPACE)
     _expect(namespace, str, path, f"{emf_where}.metric_namespace")
-    if not 1 <= len(namespace) <= 1024:
-        raise ConfigError(f"{path}: {emf_where}.metric_namespace: must be 1 to 1024 characters")
+    if namespace == "":
+        warnings.append(f"{path}: {emf_where}.metric_namespace is empty: the agent (awsemf) "
+                        f"sends such metrics under the namespace {EMPTY_NAMESPACE!r}, so does "
+                        "podgpu")
+        namespace = EMPTY_NAMESPACE
+    if len(namespace) > 1024:
+        raise ConfigError(f"{path}: {emf_where}.metric_namespace: longer than 1024 characters")
     units_raw = emf.get("metric_unit", {})
     _expect(units_raw, dict, path, f"{emf_where}.metric_unit")
     units: dict[str, str] = {}
     for name, unit in units_raw.items():
         _expect(unit, str, path, f"{emf_where}.metric_unit.{name}")
+        if not name:
+            continue  # awsemf skips a descriptor without a metric name, silently
         if unit not in CLOUDWATCH_UNITS:
-            raise ConfigError(f"{path}: {emf_where}.metric_unit.{name}: {unit!r} is not a "
-                              "CloudWatch unit (e.g. Percent, Bytes, Count, Seconds, None)")
+            warnings.append(f"{path}: {emf_where}.metric_unit.{name}: {unit!r} is not a "
+                            "CloudWatch unit: dropped, as the agent drops it (its metric is "
+                            "sent without a unit)")
+            continue
         units[name] = unit
     if "metric_declaration_dedup" in emf:
         _expect(emf["metric_declaration_dedup"], bool, path, f"{emf_where}.metric_declaration_dedup")
@@ -202,18 +221,18 @@ def _declaration(raw: Any, i: int, path: str, where: str, warnings: list[str]
     _unknown(raw, _DECL_KEYS, path, where)
     for key in ("source_labels", "metric_selectors"):
         if key not in raw:
-            # The agent skips such a declaration without a word (§2.3); podgpu says so.
+            # The agent's translator skips such a declaration without a word; podgpu says so.
             warnings.append(f"{path}: {where} has no {key}: skipped (the CloudWatch agent skips "
                             "it silently)")
             return None
     labels = _strings(raw["source_labels"], path, f"{where}.source_labels")
-    sep = raw.get("label_separator", ";")
+    selector_texts = _strings(raw["metric_selectors"], path, f"{where}.metric_selectors")
+    sep = raw.get("label_separator", SEPARATOR)
     _expect(sep, str, path, f"{where}.label_separator")
-    matcher = _regex(raw.get("label_matcher", ".*"), path, f"{where}.label_matcher")
-    selectors = tuple(
-        _regex(s, path, f"{where}.metric_selectors[{j}]")
-        for j, s in enumerate(_strings(raw["metric_selectors"], path, f"{where}.metric_selectors"))
-    )
+    if sep != SEPARATOR:
+        warnings.append(f"{path}: {where}.label_separator {sep!r} is ignored: the agent never "
+                        f"passes it on and always joins source_labels with {SEPARATOR!r}; so "
+                        "does podgpu")
     dims_raw = raw.get("dimensions")
     if dims_raw is None:
         warnings.append(f"{path}: {where} has no dimensions: its metrics are not extracted")
@@ -222,16 +241,36 @@ def _declaration(raw: Any, i: int, path: str, where: str, warnings: list[str]
     sets: list[tuple[str, ...]] = []
     for j, dset in enumerate(dims_raw):
         names = _strings(dset, path, f"{where}.dimensions[{j}]")
+        if len(names) > MAX_DIMENSIONS:  # counted before de-duplication, as awsemf counts
+            warnings.append(f"{path}: {where}.dimensions[{j}]: {len(names)} names; the agent "
+                            f"drops a dimension set of more than {MAX_DIMENSIONS}, so does podgpu")
+            continue
         unique = tuple(sorted(set(names)))
-        if len(unique) > MAX_DIMENSIONS:
-            raise ConfigError(
-                f"{path}: {where}.dimensions[{j}]: {len(unique)} dimensions; CloudWatch allows at "
-                f"most {MAX_DIMENSIONS} per set (the agent silently drops sets over 10)")
-        if any(not n for n in unique):
-            raise ConfigError(f"{path}: {where}.dimensions[{j}]: empty dimension name")
         if unique not in sets:
             sets.append(unique)
-    return Declaration(index=i, source_labels=labels, label_matcher=matcher, separator=sep,
+    # The agent compiles the selectors with MustCompile: a bad one stops it. So it stops podgpu.
+    selectors = tuple(_regex(s, path, f"{where}.metric_selectors[{j}]")
+                      for j, s in enumerate(selector_texts))
+    drop = None
+    matcher_text = raw.get("label_matcher", ".*")
+    _expect(matcher_text, str, path, f"{where}.label_matcher")
+    if not selector_texts:
+        drop = "metric_selectors is empty"
+    elif not labels:
+        drop = "source_labels is empty"
+    elif matcher_text == "":
+        drop = "label_matcher is empty (the agent's default \".*\" applies only when the key is " \
+               "absent)"
+    else:
+        try:
+            matcher = compile_go(matcher_text, where=f"{path}: {where}.label_matcher")
+        except ConfigError as exc:
+            drop = str(exc).split(": ", 2)[-1]
+    if drop is not None:
+        warnings.append(f"{path}: {where}: {drop}: the declaration is dropped, as the agent "
+                        "drops it (\"Dropped metric declaration.\")")
+        return None
+    return Declaration(index=i, source_labels=labels, label_matcher=matcher, separator=SEPARATOR,
                        selectors=selectors, dimensions=tuple(sets))
 
 
@@ -265,9 +304,35 @@ def _strings(value: Any, path: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _regex(value: Any, path: str, where: str) -> re.Pattern[str]:
+def _regex(value: Any, path: str, where: str) -> GoPattern:
     _expect(value, str, path, where)
-    try:
-        return re.compile(value)
-    except (re.error, RecursionError, OverflowError) as exc:
-        raise ConfigError(f"{path}: {where}: invalid regular expression {value!r}: {exc}") from None
+    return compile_go(value, where=f"{path}: {where}")
+
+
+PLACEHOLDERS: Mapping[str, str] = {
+    "ClusterName": "aws.ecs.cluster.name", "TaskId": "aws.ecs.task.id",
+    "NodeName": "k8s.node.name", "PodName": "pod", "ServiceName": "service.name",
+    "ContainerInstanceId": "aws.ecs.container.instance.id",
+    "TaskDefinitionFamily": "aws.ecs.task.family", "JobName": "job",
+}
+"""awsemf's placeholders in log_group_name/log_stream_name, and the label each falls back to
+when no label has the placeholder's own name (exporter/awsemfexporter/util.go)."""
+
+UNDEFINED = "undefined"
+
+
+def fill_placeholders(template: str, labels: Labels) -> str:
+    """`{JobName}`, `{PodName}`, ... filled from one series' labels as awsemf fills them: the
+    label named like the placeholder, else the mapped one (`{JobName}` -> `job`, `{PodName}` ->
+    `pod`); missing or empty -> "undefined". Any other `{...}` text stays as written."""
+    for key, fallback in PLACEHOLDERS.items():
+        token = "{" + key + "}"
+        if token in template:
+            value = labels.get(key) or labels.get(fallback) or UNDEFINED
+            template = template.replace(token, value)
+    return template
+
+
+def placeholder_labels(template: str) -> set[str]:
+    """The label names a template's placeholders may read."""
+    return {n for k, f in PLACEHOLDERS.items() if "{" + k + "}" in template for n in (k, f)}

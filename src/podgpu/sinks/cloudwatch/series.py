@@ -1,11 +1,27 @@
 """A snapshot as the CloudWatch agent would have seen it: every series with its labels.
 
-The agent scrapes the exporter through Prometheus, so each series it matches carries the
-exporter's labels plus those its scrape path adds: `job`, `instance`, `ClusterName`,
-`prom_metric_type`, and whatever relabelling makes (the seed post's job adds `Namespace` and
-`NodeName`). podgpu builds the same label sets from the snapshot directly (reference/cloudwatch.md
-§3.1), with one honest difference: `pod`, `namespace` and `container` are the workload's, not the
-exporter pod's (the agent path needs `honor_labels` for that).
+The agent scrapes the exporter through Prometheus, so each series it turns into EMF carries the
+exporter's own labels plus the *target labels* of the agent's scrape job, merged as Prometheus
+merges them, plus what the agent adds itself (issue 18 item 1):
+
+- the series' labels, as `/metrics` exposes them: `pod`, `namespace`, `container` name the
+  workload (dcgm-exporter's and podgpu's), never the exporter;
+- the target labels of the agent's default `kubernetes-service-endpoints` job (the one the seed
+  post's declaration, `Service` matching `.*dcgm.*`, can only have matched): `job` (the job's
+  name), `instance`, the Service's labels and `Service` (here: `--emf-label`), `Namespace` (the
+  namespace of the scraped pod: podgpu's own, `POD_NAMESPACE`), `kubernetes_node`, `pod_name`
+  and `container_name` (the exporter's pod and container). A target label whose value is empty is
+  not set (a relabel `replace` that yields "" deletes the label);
+- with `honor_labels: false` (Prometheus' default, and the agent's jobs), a target label wins
+  over a series label of the same name, whose value moves to `exported_<name>`;
+- then the agent: `ClusterName` unless the series has one, `prom_metric_type` (the family's type).
+
+`AgentTarget` is that model, used by `podgpu serve` (`SeriesBuilder`) and `podgpu emf`
+(bridge/series.py) alike. tests/unit/sinks/cloudwatch/agent_oracle.py restates the agent's
+relabel pipeline independently and checks this model against it.
+
+podgpu's older, richer identity (`Namespace` = the workload's namespace, `NodeName`, job
+`podgpu`) stays available as `identity="workload"`.
 
 Series come from the same label helpers as the Prometheus exposition, so `/metrics` and the EMF
 documents never disagree about who holds a GPU.
@@ -14,7 +30,7 @@ documents never disagree about who holds a GPU.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from podgpu.fields.metriclist import MetricList
@@ -39,19 +55,91 @@ Item = tuple[str, float]
 GAUGE = "gauge"
 COUNTER = "counter"
 POD_UNITS = {MEMORY: "Bytes", UTIL: "None", ALLOCATION: "Count"}
+"""Units of podgpu's per-pod series in the workload identity (the agent sends none)."""
+
+
+AGENT = "agent"
+WORKLOAD = "workload"
+IDENTITIES = (AGENT, WORKLOAD)
+DEFAULT_AGENT_JOB = "kubernetes-service-endpoints"
+"""The job of the agent's default Prometheus config (prometheus-eks.yaml) that scrapes every
+Service annotated `prometheus.io/scrape: "true"`, as the GPU Operator's dcgm-exporter Service is."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTarget:
+    """The target labels the agent's scrape job gives every series of one scraped endpoint."""
+
+    job: str = DEFAULT_AGENT_JOB
+    instance: str = ""
+    namespace: str = ""
+    """`Namespace`: the scraped pod's namespace (`POD_NAMESPACE` of podgpu's pod)."""
+    pod_name: str = ""
+    container_name: str = ""
+    node_name: str = ""
+    """`kubernetes_node`."""
+    extra: tuple[tuple[str, str], ...] = ()
+    """The Service's labels and `Service` (`--emf-label`, `--target-label`); set last."""
+    honor_labels: bool = False
+    cluster_name: str = ""
+
+    def target_labels(self) -> dict[str, str]:
+        out = {"job": self.job, "instance": self.instance, "Namespace": self.namespace,
+               "kubernetes_node": self.node_name, "pod_name": self.pod_name,
+               "container_name": self.container_name}
+        out.update(self.extra)
+        return {k: v for k, v in out.items() if v != ""}
+
+
+def merge_target(series: Mapping[str, str], target: AgentTarget, prom_type: str) -> LabelKey:
+    """One series' labels as the agent holds them (see the module docstring)."""
+    labels = {k: v for k, v in series.items() if v != ""}
+    tl = target.target_labels()
+    if target.honor_labels:
+        for k, v in tl.items():
+            labels.setdefault(k, v)
+    else:
+        clashes = sorted(((k, labels[k]) for k in tl if k in labels), key=lambda kv: len(kv[0]))
+        labels.update(tl)
+        for name, value in clashes:  # Prometheus: shortest names first, prefix until free
+            new = f"exported_{name}"
+            while new in labels:
+                new = f"exported_{new}"
+            labels[new] = value
+    if target.cluster_name:
+        labels.setdefault("ClusterName", target.cluster_name)
+    labels["prom_metric_type"] = prom_type
+    return tuple(sorted(labels.items()))
 
 
 @dataclass(frozen=True, slots=True)
 class SeriesOptions:
-    """Labels the agent's scrape path would add, and the exporter's own label options."""
+    """Labels the agent's scrape path would add, and the exporter's own label options.
+
+    `identity` "agent" (the default) gives the agent path's labels (`AgentTarget`);
+    "workload" gives podgpu's richer identity: `Namespace` is the workload's namespace,
+    `NodeName` the node, and the job label `job` (then say `job="podgpu"`)."""
 
     labels: LabelOptions
-    job: str = "podgpu"
+    job: str = DEFAULT_AGENT_JOB
     instance: str = ""
     cluster_name: str = ""
     node_name: str = ""
     extra: tuple[tuple[str, str], ...] = ()
-    """--emf-label KEY=VALUE pairs; they win over every other label of the same name."""
+    """--emf-label pairs: the Service's labels in the agent model; they win over other labels."""
+    identity: str = AGENT
+    namespace: str = ""
+    """POD_NAMESPACE: podgpu's own namespace (agent identity's `Namespace`)."""
+    pod_name: str = ""
+    """POD_NAME: podgpu's own pod (agent identity's `pod_name`)."""
+    container_name: str = ""
+    """podgpu's container name (agent identity's `container_name`)."""
+
+    def target(self) -> AgentTarget:
+        return AgentTarget(job=self.job, instance=self.instance, namespace=self.namespace,
+                           pod_name=self.pod_name, container_name=self.container_name,
+                           node_name=self.node_name, extra=self.extra,
+                           cluster_name=self.cluster_name)
 
 
 class SeriesBuilder:
@@ -65,7 +153,10 @@ class SeriesBuilder:
                            for r in metrics.metrics)
         self._kinds = dict(self._rows)
         self._label_fields = tuple(sorted(r.name for r in metrics.labels))
+        if opts.identity not in IDENTITIES:
+            raise ValueError(f"identity {opts.identity!r}: use agent or workload")
         self._opts = opts
+        self._target = opts.target()
         self._memo: dict[tuple[object, ...], LabelKey] = {}
 
     def _key(self, pairs: tuple[tuple[str, str], ...], kind: str) -> LabelKey:
@@ -79,6 +170,8 @@ class SeriesBuilder:
 
     def _finish(self, pairs: tuple[tuple[str, str], ...], kind: str) -> LabelKey:
         o = self._opts
+        if o.identity == AGENT:
+            return merge_target(dict(pairs), self._target, kind)
         labels = dict(pairs)
         if o.cluster_name and "ClusterName" not in labels:
             labels["ClusterName"] = o.cluster_name

@@ -51,6 +51,7 @@ class EmfSink:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="podgpu-emf", daemon=True)
         self._encode_seconds = 0.0
+        self._aborted = False
 
     # --- collect thread ----------------------------------------------------------------------
 
@@ -91,12 +92,27 @@ class EmfSink:
                         " (kept in the spool directory)" if self._queue.spool_dir else "")
         self._dest.close()
 
+    def abort(self) -> None:
+        """A start that failed (e.g. the port is taken): send nothing, keep nothing (issue 18
+        item 6). The open window and anything handed off are discarded; the spool, if any, is
+        left as it was."""
+        self._acc.close()
+        self._handoff.clear()
+        self._aborted = True
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(1.0)
+        self._dest.close()
+
     def _run(self) -> None:
         wait: float | None = None
         while True:
             self._wake.wait(wait)
             self._wake.clear()
             try:
+                if self._aborted:
+                    return
                 self._drain()
                 if self._stopping.is_set():
                     self._final_pump(STOP_GRACE_SECONDS)
@@ -143,16 +159,17 @@ class EmfSink:
         return body
 
     def render_metrics(self) -> str:
-        return render_emf_metrics(self.stats(), self._encode_seconds)
+        return render_emf_metrics(self.stats(), self._encode_seconds, self._encoder.too_large)
 
 
-def render_emf_metrics(s: EmfStats, encode_seconds: float = 0.0) -> str:
+def render_emf_metrics(s: EmfStats, encode_seconds: float = 0.0, too_large: int = 0) -> str:
     out = [family_header(
         "podgpu_emf_events_total",
         "EMF events by outcome: sent, retried (attempts that failed and will be repeated), "
-        "rejected (refused for good), dropped (oldest, past --emf-queue-bytes).", "counter")]
+        "rejected (refused for good), dropped (oldest, past --emf-queue-bytes), too_large (over "
+        "256 KiB even with one metric; never queued).", "counter")]
     for result, n in (("sent", s.sent), ("retried", s.retried), ("rejected", s.rejected),
-                      ("dropped", s.dropped)):
+                      ("dropped", s.dropped), ("too_large", too_large)):
         out.append(f'podgpu_emf_events_total{{result="{result}"}} {n}\n')
     out.append(family_header("podgpu_emf_queue_bytes",
                              "Bytes of EMF events waiting to be sent (26 bytes per event included).",

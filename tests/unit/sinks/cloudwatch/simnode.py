@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from podgpu.attribution.attributor import build_attributor
 from podgpu.collect import Collector
 from podgpu.fields.metriclist import MetricList, load_default
 from podgpu.model import Snapshot
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from podgpu.sim.scenario import default_scenario
+from podgpu.sim.scenario import SimulatedAttributor, default_scenario
 from podgpu.sinks.cloudwatch.series import Item, LabelKey, SeriesBuilder, SeriesOptions
 from podgpu.sinks.prometheus.labels import LabelOptions
 from tests.conftest import FakeClock
 
 LABELS = LabelOptions(hostname="node-a")
-OPTS = SeriesOptions(labels=LABELS, job="podgpu", instance="node-a:9400", cluster_name="prod",
-                     node_name="node-a", extra=(("Service", "nvidia-dcgm-exporter"),))
+OPTS = SeriesOptions(labels=LABELS, instance="10.0.0.5:9400", cluster_name="prod",
+                     node_name="node-a", namespace="gpu-operator", pod_name="podgpu-x7k2p",
+                     container_name="podgpu", extra=(("Service", "nvidia-dcgm-exporter"),))
+"""The agent identity, as podgpu runs in the gpu-operator namespace behind the Service
+nvidia-dcgm-exporter (the dcgm-exporter migration overlay)."""
 
 
 def flat(groups: Iterable[tuple[LabelKey, str, list[Item]]]
@@ -35,7 +37,7 @@ class SimNode:
         scenario = default_scenario(count)
         self.backend = SimulatedBackend(count, MODELS[model], clock=self.clock, scenario=scenario)
         self.backend.open()
-        attributor = build_attributor(kubernetes=False, scenario=scenario)
+        attributor = SimulatedAttributor(scenario)
         self.collector = Collector(self.backend, self.metrics.fields, attributor=attributor,
                                    want_processes=True, clock=self.clock)
 

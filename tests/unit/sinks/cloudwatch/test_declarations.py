@@ -1,4 +1,5 @@
-"""The agent's declaration semantics (reference/cloudwatch.md §2.3-2.4), one rule per test."""
+"""The agent's declaration semantics (awsemf's metric_declaration.go, the agent's translator),
+one rule per test (issue 18 item 2)."""
 
 from __future__ import annotations
 
@@ -51,12 +52,14 @@ def test_source_labels_joined_with_separator_missing_as_empty() -> None:
     assert not d.matches_labels({"job": "MY_JOB", "key2": "v"})
 
 
-def test_label_separator_is_honoured() -> None:
+def test_label_separator_is_ignored_like_the_agent_with_a_warning() -> None:
+    """The agent's translator never passes label_separator on: ";" always."""
     c = parse_emf_config(cfg({"source_labels": ["a", "b"], "label_separator": "|",
-                              "label_matcher": "^x\\|y$", "metric_selectors": ["m"],
+                              "label_matcher": "^x;y$", "metric_selectors": ["m"],
                               "dimensions": [["a"]]}))
     assert c.declarations[0].matches_labels({"a": "x", "b": "y"})
-    assert not c.declarations[0].matches_labels({"a": "x;y"})
+    assert not c.declarations[0].matches_labels({"a": "x|y"})
+    assert any("label_separator '|' is ignored" in w for w in c.warnings)
 
 
 def test_regexes_are_unanchored() -> None:
@@ -112,31 +115,58 @@ def test_declaration_without_selectors_is_skipped_with_a_warning() -> None:
     assert any("metric_declaration[0] has no metric_selectors" in w for w in c.warnings)
 
 
-def test_up_to_30_dimensions_accepted() -> None:
-    dims = [f"l{i}" for i in range(30)]
+def test_sets_over_10_names_are_dropped_with_a_warning_counted_before_dedup() -> None:
+    ten = [f"l{i}" for i in range(10)]
     c = parse_emf_config(cfg({"source_labels": ["job"], "metric_selectors": ["m"],
-                              "dimensions": [dims]}))
-    assert len(c.declarations[0].dimensions[0]) == 30
+                              "dimensions": [ten, [*ten, "l0"], [f"l{i}" for i in range(11)]]}))
+    assert c.declarations[0].dimensions == (tuple(sorted(ten)),)
+    assert sum("the agent drops a dimension set of more than 10" in w for w in c.warnings) == 2
+
+
+@pytest.mark.parametrize(("decl", "why"), [
+    ({"source_labels": ["job"], "label_matcher": "", "metric_selectors": ["m"]},
+     "label_matcher is empty"),
+    ({"source_labels": ["job"], "label_matcher": "[", "metric_selectors": ["m"]}, "bad regex '['"),
+    ({"source_labels": [], "metric_selectors": ["m"]}, "source_labels is empty"),
+    ({"source_labels": ["job"], "metric_selectors": []}, "metric_selectors is empty"),
+])
+def test_declarations_the_agent_drops_are_dropped_with_a_warning(decl: dict[str, object],
+                                                                  why: str) -> None:
+    c = parse_emf_config(cfg(decl, {"source_labels": ["job"], "metric_selectors": ["n"]}))
+    assert [d.index for d in c.declarations] == [1]
+    assert any(why in w and "metric_declaration[0]" in w and "dropped" in w for w in c.warnings)
+
+
+def test_what_the_agent_accepts_is_accepted() -> None:
+    c = parse_emf_config(cfg({"source_labels": ["job"], "metric_selectors": ["m"],
+                              "dimensions": [["", "job"]]},
+                             metric_namespace="", metric_unit={"m": "Percentage", "n": "Count"}))
+    assert c.namespace == "default"  # awsemf's namespace for an empty one
+    assert c.units == {"n": "Count"}  # the unknown unit is dropped, as the agent drops it
+    assert c.declarations[0].dimensions == (("", "job"),)  # accepted; never extracted
+    assert c.directives_for({"job": "j"}, ["m"]) == []
+    assert any("'Percentage' is not a CloudWatch unit" in w for w in c.warnings)
+
+
+def test_go_syntax_in_matchers_and_selectors() -> None:
+    c = parse_emf_config(cfg({"source_labels": ["Service"], "label_matcher": "[[:alpha:]]+\\z",
+                              "metric_selectors": ["^\\QDCGM_FI_DEV_GPU_UTIL\\E\\z"]}))
+    d = c.declarations[0]
+    assert d.matches_labels({"Service": "dcgm"}) and not d.matches_labels({"Service": "dcgm-"})
+    assert d.selects("DCGM_FI_DEV_GPU_UTIL") and not d.selects("DCGM_FI_DEV_GPU_UTILX")
 
 
 @pytest.mark.parametrize(("text", "expect"), [
     (cfg({"source_labels": ["job"], "metric_selectors": ["DCGM_(", "x"], "dimensions": []}),
-     "metric_declaration[0].metric_selectors[0]: invalid regular expression"),
-    (cfg({"source_labels": ["job"], "label_matcher": "[", "metric_selectors": ["x"]}),
-     "metric_declaration[0].label_matcher: invalid regular expression"),
+     "metric_declaration[0].metric_selectors[0]: bad regex 'DCGM_('"),
     (cfg({"source_labels": ["job"], "metric_selectors": ["x"], "dimension": [["a"]]}),
      "metric_declaration[0]: unknown key 'dimension'"),
     (cfg({"source_labels": "job", "metric_selectors": ["x"]}),
      "metric_declaration[0].source_labels: expected a list, got a string"),
     (cfg({"source_labels": ["job"], "metric_selectors": [1]}),
      "metric_declaration[0].metric_selectors[0]: expected a string, got a number"),
-    (cfg({"source_labels": ["job"], "metric_selectors": ["x"], "dimensions": [["a"]]},
-         {"source_labels": ["job"], "metric_selectors": ["x"],
-          "dimensions": [[f"d{i}" for i in range(31)]]}),
-     "metric_declaration[1].dimensions[0]: 31 dimensions"),
     (cfg({"source_labels": ["job"], "metric_selectors": ["x"], "dimensions": ["job"]}),
      "metric_declaration[0].dimensions[0]: expected a list, got a string"),
-    (cfg(metric_unit={"m": "Percentage"}), "metric_unit.m: 'Percentage' is not a CloudWatch unit"),
     (json.dumps({"metric_declaration": {}}), "metric_declaration: expected a list, got an object"),
     (json.dumps({"logs": {"metrics_collected": {"prometheus": {"emf_processor": {},
                                                                "scrape_interval": 1}}}}),
@@ -145,7 +175,7 @@ def test_up_to_30_dimensions_accepted() -> None:
     (json.dumps({"cluster_name": "c"}), "has no emf_processor"),
     ("{\n  \"metric_declaration\": [,]\n}", "<config>:2:26: not valid JSON"),
     ("[1]", "expected a JSON object"),
-    (cfg(metric_namespace=""), "metric_namespace: must be 1 to 1024 characters"),
+    (cfg(metric_namespace="x" * 1025), "metric_namespace: longer than 1024 characters"),
 ])
 def test_bad_configs_name_the_declaration_and_key(text: str, expect: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -43,9 +43,8 @@ def test_seed_config_yields_per_pod_gpu_util_with_the_seed_dimensions() -> None:
     assert isinstance(util, dict)
     assert (util["Max"], util["Min"], util["Count"]) == (100, 0, 60)  # the 20 s on / 20 s off burn
     assert sum(util["Counts"]) == 60 and sorted(util["Values"]) == [0, 100]
-    units = {m["Name"]: m["Unit"] for m in directive["Metrics"]}
-    assert units["DCGM_FI_DEV_GPU_UTIL"] == "Percent"
-    assert units["DCGM_FI_PROF_PCIE_TX_BYTES"] == "Bytes/Second"
+    assert all("Unit" not in m for m in directive["Metrics"])  # the agent sends no unit
+    assert doc["Namespace"] == "gpu-operator"  # the exporter pod's namespace, as the agent's
     for dim in directive["Dimensions"][0]:
         assert isinstance(doc[dim], str)
 
@@ -71,7 +70,7 @@ def test_keep_unmatched_sends_plain_events_without_a_directive() -> None:
 
 def test_storage_resolution_and_config_units() -> None:
     cfg = parse_emf_config(json.dumps({"metric_unit": {"m": "Count"}, "metric_declaration": [
-        {"source_labels": [], "metric_selectors": ["^m$"], "dimensions": [["job"]]}]}))
+        {"source_labels": ["job"], "metric_selectors": ["^m$"], "dimensions": [["job"]]}]}))
     enc = Encoder(cfg, storage_resolution=1)
     doc = json.loads(enc.encode(ClosedWindow(60.0, {(("job", "j"),): {"m": [1.0, 2.0]}}))[0])
     assert doc["_aws"]["CloudWatchMetrics"][0]["Metrics"] == [
@@ -81,7 +80,7 @@ def test_storage_resolution_and_config_units() -> None:
 
 def test_more_than_100_metrics_are_split_into_events_of_at_most_100() -> None:
     cfg = parse_emf_config(json.dumps({"metric_declaration": [
-        {"source_labels": [], "metric_selectors": ["^m"], "dimensions": [["job"]]}]}))
+        {"source_labels": ["job"], "metric_selectors": ["^m"], "dimensions": [["job"]]}]}))
     metrics = {f"m{i:03d}": [float(i)] for i in range(250)}
     lines = Encoder(cfg).encode(ClosedWindow(0.0, {(("job", "j"),): metrics}))
     docs = [json.loads(x) for x in lines]
@@ -94,7 +93,7 @@ def test_more_than_100_metrics_are_split_into_events_of_at_most_100() -> None:
 
 def test_disable_metric_extraction_writes_values_without_directives() -> None:
     cfg = parse_emf_config(json.dumps({"disable_metric_extraction": True, "emf_processor": {
-        "metric_declaration": [{"source_labels": [], "metric_selectors": ["^m$"],
+        "metric_declaration": [{"source_labels": ["job"], "metric_selectors": ["^m$"],
                                 "dimensions": [["job"]]}]}}))
     doc = json.loads(Encoder(cfg).encode(ClosedWindow(0.0, {(("job", "j"),): {"m": [3.0]}}))[0])
     assert "_aws" not in doc and doc["m"] == 3
@@ -102,7 +101,7 @@ def test_disable_metric_extraction_writes_values_without_directives() -> None:
 
 def test_route_for_the_agent_listener() -> None:
     cfg = parse_emf_config(json.dumps({"metric_declaration": [
-        {"source_labels": [], "metric_selectors": ["^m$"], "dimensions": [[]]}]}))
+        {"source_labels": ["job"], "metric_selectors": ["^m$"], "dimensions": [[]]}]}))
     doc = json.loads(Encoder(cfg, route=("/g", "s")).encode(
         ClosedWindow(0.0, {(("job", "j"),): {"m": [1.0]}}))[0])
     assert (doc["_aws"]["LogGroupName"], doc["_aws"]["LogStreamName"]) == ("/g", "s")
@@ -143,7 +142,7 @@ def test_wanted_is_false_for_series_no_declaration_extracts() -> None:
 
 def test_documents_without_labels_are_still_json() -> None:
     cfg = parse_emf_config(json.dumps({"metric_declaration": [
-        {"source_labels": [], "metric_selectors": ["^m$"], "dimensions": [[]]}]}))
+        {"source_labels": ["job"], "metric_selectors": ["^m$"], "dimensions": [[]]}]}))
     for keep in (False, True):
         lines = Encoder(cfg, keep_unmatched=keep).encode(
             ClosedWindow(0.0, {(): {"m": [1.0, 2.0], "other": [3]}}))

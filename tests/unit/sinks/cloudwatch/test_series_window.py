@@ -19,13 +19,27 @@ def test_series_carry_exporter_labels_plus_the_agent_path_labels() -> None:
                   if a.device_key == snap.samples[0].device.key)
     assert (gpu0["pod"], gpu0["namespace"], gpu0["container"]) == \
         (holder.pod, holder.namespace, holder.container)
-    assert gpu0["Namespace"] == holder.namespace
-    assert (gpu0["ClusterName"], gpu0["job"], gpu0["instance"], gpu0["NodeName"]) == \
-        ("prod", "podgpu", "node-a:9400", "node-a")
+    # the agent path's target labels (service-endpoints job): podgpu's own namespace and pod
+    assert (gpu0["Namespace"], gpu0["pod_name"], gpu0["container_name"]) == \
+        ("gpu-operator", "podgpu-x7k2p", "podgpu")
+    assert (gpu0["ClusterName"], gpu0["job"], gpu0["instance"], gpu0["kubernetes_node"]) == \
+        ("prod", "kubernetes-service-endpoints", "10.0.0.5:9400", "node-a")
+    assert "NodeName" not in gpu0
     assert gpu0["Service"] == "nvidia-dcgm-exporter" and gpu0["prom_metric_type"] == "gauge"
     assert gpu0["UUID"] == snap.samples[0].device.uuid and gpu0["Hostname"] == "node-a"
     gpu1 = next(d for d in util if d["gpu"] == "1")
-    assert "pod" not in gpu1 and "Namespace" not in gpu1
+    assert "pod" not in gpu1 and gpu1["Namespace"] == "gpu-operator"
+
+
+def test_workload_identity_keeps_podgpus_richer_labels() -> None:
+    node = SimNode(1)
+    snap = next(node.snapshots(1))
+    opts = SeriesOptions(labels=LABELS, job="podgpu", instance="node-a:9400", cluster_name="prod",
+                         node_name="node-a", identity="workload")
+    key = dict(next(k for k, name, _, _ in flat(node.builder(opts).series(snap))
+                    if name == "DCGM_FI_DEV_GPU_UTIL"))
+    holder = snap.allocations[0].container
+    assert (key["Namespace"], key["NodeName"], key["job"]) == (holder.namespace, "node-a", "podgpu")
 
 
 def test_values_equal_the_snapshot_and_counters_are_typed() -> None:

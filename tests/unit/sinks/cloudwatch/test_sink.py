@@ -127,11 +127,12 @@ def test_emf_flags() -> None:
     s = parse_serve_args(["--cloudwatch-config", "c.json", "--emf-label", "Service=x",
                           "--emf-label", "A=b", "--emf-interval", "30", "--emf-queue-bytes", "4M",
                           "--emf-storage-resolution", "1"])
-    assert s.emf_labels == (("Service", "x"), ("A", "b"))
-    assert (s.emf_interval, s.emf_queue_bytes, s.emf_storage_resolution) == (30.0, 4 << 20, 1)
+    assert s.emf is not None and s.emf.labels == (("Service", "x"), ("A", "b"))
+    assert (s.emf.interval, s.emf.queue_bytes, s.emf.storage_resolution) == (30.0, 4 << 20, 1)
     env = parse_serve_args([], {"PODGPU_CLOUDWATCH_CONFIG": "c.json",
                                 "PODGPU_EMF_LABELS": "Service=y,B=c"})
-    assert env.cloudwatch_config == "c.json" and env.emf_labels == (("Service", "y"), ("B", "c"))
+    assert env.emf is not None and env.emf.config == "c.json"
+    assert env.emf.labels == (("Service", "y"), ("B", "c"))
 
 
 @pytest.mark.parametrize(("args", "expect"), [
