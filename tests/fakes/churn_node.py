@@ -104,6 +104,7 @@ class ChurnNode:
         self.devices = {g.index: device(g.index) for g in gpus}
         self.instances = {g.index: [device(g.index, p, gi + 1) for gi, p in enumerate(g.profiles)]
                           for g in gpus if g.kind == "mig"}
+        self._last_allocs: tuple[Allocation, ...] = ()
         self.by_gpu: dict[int, list[Pod]] = defaultdict(list)
         for p in pods:
             self.by_gpu[p.gpu].append(p)
@@ -161,8 +162,12 @@ class ChurnNode:
                 procs.append(GpuProcess(d.key, pid, p.memory_bytes,
                                         None if g.kind == "mig" else 100.0 * p.util, _ref(p)))
                 pid += 1
+        alloc_tuple = tuple(allocs)
+        if alloc_tuple == self._last_allocs:  # the attributor hands back the same tuple then
+            alloc_tuple = self._last_allocs
+        self._last_allocs = alloc_tuple
         return Snapshot(taken_at=1_800_000_000.0 + t, samples=tuple(samples),
-                        allocations=tuple(allocs), processes=tuple(procs))
+                        allocations=alloc_tuple, processes=tuple(procs))
 
 
 def used_rate(g: Gpu, p: Pod) -> float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
 
-from podgpu.accounting.integrate import State
+from podgpu.accounting.integrate import Entry, State
 from podgpu.accounting.shares import HolderKey
 from podgpu.model import ContainerRef, Device
 from podgpu.sinks.prometheus.labels import (
@@ -51,24 +51,27 @@ def holder_pairs(device: Device, ref: ContainerRef, opts: LabelOptions) -> Pairs
 
 
 def render_families(state: State, opts: LabelOptions,
-                    cache: MutableMapping[tuple[HolderKey, Device], str] | None = None) -> str:
-    """The accounting counters in text format 0.0.4; `cache` (label text per holder, kept by
-    the caller between cycles) saves rebuilding labels of a steady node."""
+                    cache: MutableMapping[tuple[HolderKey, int], tuple[str, ...]] | None = None
+                    ) -> str:
+    """The accounting counters in text format 0.0.4. `cache` (each holder's four line prefixes,
+    kept by the caller between cycles) saves rebuilding the labels of a steady node."""
     if cache is None:
         cache = {}
-    rows: list[tuple[str, tuple[float, float, float, float]]] = []
-    for key, e in sorted(state.entries.items(), key=lambda kv: kv[1].device.index):
-        ck = (key, e.device)
-        text = cache.get(ck)
-        if text is None:
-            text = cache[ck] = label_pairs(holder_pairs(e.device, key[1], opts))
-        rows.append((text, (e.allocated_seconds, e.used_seconds, e.energy_joules,
-                            e.memory_byte_seconds)))
+    rows: list[tuple[tuple[str, ...], Entry]] = []
+    for key, e in state.entries.items():
+        ck = (key, e.device.index)
+        prefixes = cache.get(ck)
+        if prefixes is None:
+            labels = label_pairs(holder_pairs(e.device, e.ref, opts))
+            prefixes = cache[ck] = tuple(f"{name}{{{labels}}} " for name, _ in FAMILIES)
+        rows.append((prefixes, e))
+    rows.sort(key=lambda row: row[1].device.index)
     out: list[str] = []
     if rows:
         for i, (name, help_text) in enumerate(FAMILIES):
             out.append(f"# HELP {name} {escape_help(help_text)}\n# TYPE {name} counter\n")
-            out.extend(f"{name}{{{labels}}} {values[i]!r}\n" for labels, values in rows)
+            field = _FIELDS[i]
+            out.extend(f"{prefixes[i]}{e[field]!r}\n" for prefixes, e in rows)
     if state.unattributed:
         out.append(f"# HELP {UNATTRIBUTED} Joules of the GPU's energy counter while no "
                    "container held it (pods + this = the device's increase).\n"
@@ -83,9 +86,13 @@ def render_families(state: State, opts: LabelOptions,
     return "".join(out)
 
 
+_FIELDS = tuple(Entry._fields.index(f) for f in ("allocated_seconds", "used_seconds",
+                                                 "energy_joules", "memory_byte_seconds"))
+
+
 def emf_items(state: State, opts: LabelOptions) -> Iterator[tuple[Pairs, list[tuple[str, float]]]]:
     """(label pairs, [(metric, total), ...]) per holder, for the EMF sink's counter deltas."""
-    for key, e in state.entries.items():
-        yield holder_pairs(e.device, key[1], opts), [
+    for e in state.entries.values():
+        yield holder_pairs(e.device, e.ref, opts), [
             (ALLOCATED, e.allocated_seconds), (USED, e.used_seconds),
             (ENERGY, e.energy_joules), (MEMORY, e.memory_byte_seconds)]

@@ -17,8 +17,7 @@ A holder is one container on one device (a whole GPU or a MIG instance). Per hol
 from __future__ import annotations
 
 import re
-from collections import defaultdict
-from typing import NamedTuple
+from typing import Any
 
 from podgpu.model import ContainerRef, Device, Sample, Snapshot
 
@@ -36,16 +35,16 @@ DEFAULT_COMPUTE_SLICES = 7
 """Compute slices of a MIG-capable GPU (A100, H100, H200, B200); the A30 has 4."""
 _SLICES = re.compile(r"^(?:\d+c\.)?(\d+)g\.")
 
-HolderKey = tuple[str, ContainerRef]
-"""(Device.key, the container as the allocation names it)."""
+HolderKey = tuple[str, str, str, str, str, tuple[tuple[str, str], ...]]
+"""(Device.key, namespace, pod, container, pod_uid, pod labels) of a holder, as the allocation
+names the container (pod_uid and labels are there only when their flags are on). A plain tuple:
+hashing it is C code, which keeps a cycle of 100 holders well under a millisecond."""
 
 
-class Rate(NamedTuple):
-    """What one holder has of a GPU in one cycle; fractions of one physical GPU."""
-
-    allocated: float
-    used: float | None
-    memory_bytes: float | None
+Rate = tuple[float, float | None, float | None, Device, ContainerRef]
+"""What one holder has of a GPU in one cycle: (allocated, used, memory bytes, device, container);
+allocated and used are fractions of one physical GPU. A plain tuple, not a NamedTuple: building
+one costs a twentieth (measured in bench/bench_accounting.py), and there are 100s per cycle."""
 
 
 def gpu_slices(model: str) -> int:
@@ -80,54 +79,90 @@ def device_utilisation(sample: Sample | None) -> float | None:
     return None if gr is None else min(1.0, max(0.0, gr))
 
 
-def _strip(ref: ContainerRef) -> tuple[str, str, str]:
-    return (ref.namespace, ref.pod, ref.container)
+ProcKey = tuple[str, str, str, str]
+"""(Device.key, namespace, pod, container): how processes are matched to holders."""
+Group = tuple[tuple[str, int, tuple[tuple[HolderKey, ProcKey, int, ContainerRef], ...]], ...]
+"""Per held device: (device key, replicas allocated, ((holder, its process key, its replicas,
+container), ...))."""
+
+_memo: list[tuple[object, tuple[str, ...], Group]] = []
 
 
-def cycle_rates(snapshot: Snapshot) -> tuple[dict[HolderKey, Rate], dict[HolderKey, Device]]:
-    """Every holder's rate this cycle and its device. Holders of devices without a sample this
-    cycle (a lost GPU) are left out: nothing is known about them."""
-    samples = {s.device.key: s for s in snapshot.samples}
-    replicas: dict[str, dict[ContainerRef, int]] = defaultdict(dict)
-    for a in snapshot.allocations:
-        if a.device_key in samples:
-            held = replicas[a.device_key]
-            held[a.container] = held.get(a.container, 0) + 1
-    if not replicas:
-        return {}, {}
-    # per (device, namespace, pod, container): SM utilisation (0..1) and memory of its processes
-    proc_util: dict[tuple[str, tuple[str, str, str]], float] = {}
-    proc_mem: dict[tuple[str, tuple[str, str, str]], int] = {}
-    for p in snapshot.processes:
-        if p.container is None or p.device_key not in replicas:
+def group_allocations(snapshot: Snapshot) -> Group:
+    """The allocations grouped by device and holder, for devices with a sample this cycle.
+
+    Pure, memoised on the identity of the allocation tuple: the attributor hands back the same
+    tuple while the kubelet's answer is unchanged, so a steady node groups once."""
+    allocs = snapshot.allocations
+    present = tuple(s.device.key for s in snapshot.samples)
+    if _memo and _memo[0][0] is allocs and _memo[0][1] == present:
+        return _memo[0][2]
+    have = set(present)
+    by_dev: dict[str, dict[HolderKey, list[Any]]] = {}
+    for a in allocs:
+        dkey = a.device_key
+        if dkey not in have:
             continue
-        k = (p.device_key, _strip(p.container))
-        if p.sm_util_percent is not None:
-            proc_util[k] = proc_util.get(k, 0.0) + p.sm_util_percent / 100.0
-        if p.used_memory_bytes is not None:
-            proc_mem[k] = proc_mem.get(k, 0) + p.used_memory_bytes
+        c = a.container
+        key = (dkey, c.namespace, c.pod, c.container, c.pod_uid, c.pod_labels)
+        held = by_dev.setdefault(dkey, {})
+        slot = held.get(key)
+        if slot is None:
+            held[key] = [1, c]
+        else:
+            slot[0] += 1
+    out: Group = tuple(
+        (dkey, sum(n for n, _ in held.values()),
+         tuple((key, (key[0], key[1], key[2], key[3]), n, ref)
+               for key, (n, ref) in held.items()))
+        for dkey, held in by_dev.items())
+    _memo[:] = [(allocs, present, out)]
+    return out
+
+
+def cycle_rates(snapshot: Snapshot) -> dict[HolderKey, Rate]:
+    """Every holder's rate this cycle. Holders of devices without a sample this cycle (a lost
+    GPU) are left out: nothing is known about them."""
+    groups = group_allocations(snapshot)
+    if not groups:
+        return {}
+    samples = {s.device.key: s for s in snapshot.samples}
+    # per (device, namespace, pod, container): SM utilisation (0..1) and memory of its processes
+    proc_util: dict[ProcKey, float] = {}
+    proc_mem: dict[ProcKey, int] = {}
+    for p in snapshot.processes:
+        c = p.container
+        if c is None:
+            continue
+        pk = (p.device_key, c.namespace, c.pod, c.container)
+        util, mem = p.sm_util_percent, p.used_memory_bytes
+        if util is not None:
+            proc_util[pk] = proc_util.get(pk, 0.0) + util / 100.0
+        if mem is not None:
+            proc_mem[pk] = proc_mem.get(pk, 0) + mem
     rates: dict[HolderKey, Rate] = {}
-    devices: dict[HolderKey, Device] = {}
-    for dkey, held in replicas.items():
+    for dkey, total, held in groups:
         sample = samples[dkey]
         device = sample.device
         frac = mig_fraction(device)
-        total = sum(held.values())
-        per_proc = any((dkey, _strip(ref)) in proc_util for ref in held)
+        per_proc = False
+        if proc_util:
+            for _, pk, _, _ in held:
+                if pk in proc_util:
+                    per_proc = True
+                    break
         dev_util = None if per_proc else device_utilisation(sample)
-        fb = _number(sample, FB_USED)
-        sole = len(held) == 1
-        for ref, n in held.items():
+        fb = _number(sample, FB_USED) if len(held) == 1 else None
+        for key, pk, n, ref in held:
             share = frac * n / total
-            pk = (dkey, _strip(ref))
             if per_proc:
-                used: float | None = min(frac, proc_util.get(pk, 0.0) * frac)
+                used: float | None = proc_util.get(pk, 0.0) * frac
+                if used > frac:  # type: ignore[operator]
+                    used = frac
             else:
                 used = None if dev_util is None else dev_util * share
-            mem: float | None = proc_mem.get(pk)
-            if mem is None and sole and fb is not None:
-                mem = fb * MIB
-            key = (dkey, ref)
-            rates[key] = Rate(share, used, mem)
-            devices[key] = device
-    return rates, devices
+            mem_b: float | None = proc_mem.get(pk)
+            if mem_b is None and fb is not None:
+                mem_b = fb * MIB
+            rates[key] = (share, used, mem_b, device, ref)
+    return rates

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from podgpu.accounting.integrate import Options, State, advance
 from podgpu.accounting.render import emf_items, render_families
 from podgpu.accounting.shares import HolderKey
-from podgpu.model import Device, Snapshot
+from podgpu.model import Snapshot
 from podgpu.sinks.prometheus.labels import LabelOptions, Pairs
 
 
@@ -24,7 +24,7 @@ class Accountant:
         self._options = options
         self._prev: Snapshot | None = None
         self.state = State()
-        self._cache: dict[tuple[HolderKey, Device], str] = {}
+        self._cache: dict[tuple[HolderKey, int], tuple[str, ...]] = {}
 
     def observe(self, snapshot: Snapshot) -> None:
         """Advance by one snapshot. A snapshot not newer than the last (a clock stepped back) only

@@ -33,7 +33,7 @@ def run() -> tuple[State, ChurnNode, Snapshot, Snapshot]:
 def test_every_pods_integrals_match_the_schedule_within_half_a_percent() -> None:
     state, node, _, _ = run()
     want, _ = expected(GPUS, node.pods)
-    got = {key[1].pod: e for key, e in state.entries.items()}
+    got = {e.ref.pod: e for e in state.entries.values()}
     assert set(got) == {p.name for p in node.pods}
     kinds = {p.name: GPUS[p.gpu].kind for p in node.pods}
     assert {"exclusive", "shared", "mig"} <= set(kinds.values())

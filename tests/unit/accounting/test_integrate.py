@@ -38,7 +38,8 @@ def run(snaps: list[Snapshot], opts: Options = Options()) -> State:  # noqa: B00
 
 
 def entry(state: State, dev: Device, ref: ContainerRef) -> tuple[float, float, float, float]:
-    e = state.entries[(dev.key, ref)]
+    e = state.entries[(dev.key, ref.namespace, ref.pod, ref.container, ref.pod_uid,
+                       ref.pod_labels)]
     return (round(e.allocated_seconds, 9), round(e.used_seconds, 9), round(e.energy_joules, 9),
             round(e.memory_byte_seconds, 3))
 
@@ -120,14 +121,16 @@ def test_a_long_gap_is_not_integrated_and_is_counted() -> None:
 def test_finished_holders_stay_for_the_grace_period_then_go() -> None:
     held = (Allocation("GPU-a", A, "nvidia.com/gpu", "GPU-a"),)
     snaps = [snap(0, [gpu(GPU0)], held), snap(1, [gpu(GPU0)], held)]
-    snaps += [snap(1 + t, [gpu(GPU0)]) for t in range(1, 12)]
+    snaps += [snap(1 + t, [gpu(GPU0)]) for t in range(1, 40)]
     state, prev = State(), None
     seen = []
     for s in snaps:
         state = advance(state, prev, s, Options(grace_seconds=10))
         prev = s
-        seen.append((GPU0.key, A) in state.entries)
-    assert seen == [True] * 12 + [False]  # last seen at t=1, kept through t=11, gone at t=12
+        seen.append(any(e.ref == A for e in state.entries.values()))
+    # last seen at t=1, so past its 10 s of grace from t=11.01 on; finished holders are looked
+    # for every PRUNE_EVERY (10) s: at t=2 (the first cycle without it: kept), then t=12 (gone)
+    assert seen.index(False) == 12 and not any(seen[12:])
     assert state.entries == {}
 
 
