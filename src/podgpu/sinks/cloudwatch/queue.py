@@ -5,7 +5,15 @@ holds; past it the oldest events go first and each one is counted. With a spool 
 segment is also a file (`<timestamp_ms>-<seq>.jsonl`, written atomically) that is deleted once its
 last event is acknowledged, so a restarted pod (spool on a hostPath) sends what it had not sent.
 A crash between a send and the file's deletion resends that segment: delivery is at least once,
-as EMF itself promises (reference/cloudwatch.md §4).
+as EMF itself promises (reference/cloudwatch.md §4). What the spool directory may hold, and how it
+is read back within the bound, is spool.py's.
+
+`Handoff` is the bounded hand-off of closed windows from the collect side to the sink's thread
+(issue 19 item 2): past its bound the oldest window goes, counted as dropped, so windows cannot
+pile up behind a stuck encode or send.
+
+Every event is accounted for: `accepted` (put, or loaded from the spool) = sent + rejected +
+dropped + still queued (`Sender` keeps the first three).
 """
 
 from __future__ import annotations
@@ -13,12 +21,23 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from podgpu.sinks.cloudwatch import spool
+from podgpu.sinks.cloudwatch.spool import EVENT_OVERHEAD
+
+if TYPE_CHECKING:
+    from podgpu.sinks.cloudwatch.window import ClosedWindow
 
 log = logging.getLogger(__name__)
 
-EVENT_OVERHEAD = 26  # PutLogEvents counts 26 bytes per event on top of the message
+__all__ = ["DEFAULT_HANDOFF_WINDOWS", "EVENT_OVERHEAD", "EventQueue", "Handoff", "Segment"]
+DEFAULT_HANDOFF_WINDOWS = 64
+"""Closed windows waiting for the sink's thread: a minute of 1 s windows behind a send that
+takes its whole deadline; at 60 s windows, an hour."""
 
 
 @dataclass(slots=True)
@@ -46,8 +65,12 @@ class EventQueue:
         self._seq = 0
         self._lock = threading.Lock()
         self.dropped = 0
+        """Events given up without a send: the bound, the hand-off's bound, spool leftovers over
+        the bound or not valid, and what is left at a shutdown without a spool."""
+        self.accepted = 0
+        """Events put or loaded from the spool."""
         if spool_dir:
-            os.makedirs(spool_dir, exist_ok=True)
+            spool.prepare(spool_dir)  # ConfigError: a bad --emf-spool-dir is exit 2
             self._load_spool()
 
     @property
@@ -71,7 +94,28 @@ class EventQueue:
         with self._lock:
             self._segments.append(Segment(timestamp_ms, events, sizes, path))
             self._bytes += sum(sizes)
+            self.accepted += len(events)
             return self._trim()
+
+    def count_dropped(self, n: int) -> None:
+        """Events given up before they reached the queue (the hand-off's bound)."""
+        with self._lock:
+            self.accepted += n
+            self.dropped += n
+
+    def drop_all(self) -> int:
+        """At a shutdown without a spool: give up everything queued, counted; returns how many."""
+        with self._lock:
+            n = sum(len(s.events) - s.sent for s in self._segments)
+            self._segments.clear()
+            self._bytes = 0
+            self.dropped += n
+            return n
+
+    def oldest_ms(self) -> int | None:
+        """The timestamp of the oldest unsent event (ms), None when the queue is empty."""
+        with self._lock:
+            return self._segments[0].timestamp_ms if self._segments else None
 
     def _trim(self) -> int:
         dropped = 0
@@ -128,45 +172,72 @@ class EventQueue:
         assert self._spool is not None
         self._seq += 1
         name = f"{timestamp_ms:015d}-{os.getpid()}-{self._seq:06d}.jsonl"
-        path = os.path.join(self._spool, name)
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write("\n".join(events) + "\n")
-            os.replace(tmp, path)
-            return path
-        except OSError as exc:  # a full or read-only disk must not stop the in-memory queue
-            log.warning("EMF spool: cannot write %s: %s", path, exc)
-            return None
+        return spool.write(self._spool, name, events)
 
     def _unlink(self, seg: Segment) -> None:
         if seg.path:
-            try:
-                os.unlink(seg.path)
-            except OSError as exc:
-                log.warning("EMF spool: cannot remove %s: %s", seg.path, exc)
+            spool.remove(seg.path)
 
     def _load_spool(self) -> None:
         assert self._spool is not None
-        names = sorted(n for n in os.listdir(self._spool) if n.endswith(".jsonl"))
+        t0 = time.monotonic()
+        found = spool.load(self._spool, self._max)
         loaded = 0
-        for name in names:
-            path = os.path.join(self._spool, name)
-            try:
-                ts = int(name.split("-", 1)[0])
-                with open(path, encoding="utf-8") as fh:
-                    events = [line for line in fh.read().split("\n") if line]
-            except (OSError, ValueError, UnicodeDecodeError) as exc:
-                log.warning("EMF spool: skipping unreadable %s: %s", path, exc)
-                continue
-            if not events:
-                self._unlink(Segment(ts, [], [], path))
-                continue
+        for ts, events, path in found.segments:
             sizes = [len(e.encode()) + EVENT_OVERHEAD for e in events]
             self._segments.append(Segment(ts, events, sizes, path))
             self._bytes += sum(sizes)
             loaded += len(events)
-        self._segments = deque(sorted(self._segments, key=lambda s: s.timestamp_ms))
-        if loaded:
-            log.info("EMF spool: %d unsent event(s) from %s", loaded, self._spool)
+        gone = found.over_bound + found.invalid
+        self.accepted += loaded + gone
+        self.dropped += gone
+        for what in found.skipped[:10]:
+            log.warning("EMF spool: skipped %s", what)
+        if len(found.skipped) > 10:
+            log.warning("EMF spool: skipped %d more entries", len(found.skipped) - 10)
+        if loaded or gone or found.temp_removed:
+            log.info("EMF spool: %d unsent event(s) loaded from %s in %.1f s; dropped %d over "
+                     "--emf-queue-bytes (oldest first) and %d invalid line(s); removed %d "
+                     "temporary file(s)", loaded, self._spool, time.monotonic() - t0,
+                     found.over_bound, found.invalid, found.temp_removed)
         self._trim()
+
+
+class Handoff:
+    """Closed windows from the collect side to the sink's thread, at most `max_windows`; past
+    that the oldest is dropped and its label sets (one event each, at least) counted in the
+    queue's `dropped`. Thread-safe; `append` never blocks."""
+
+    def __init__(self, queue: EventQueue, max_windows: int = DEFAULT_HANDOFF_WINDOWS) -> None:
+        self._queue = queue
+        self._max = max_windows
+        self._windows: deque[ClosedWindow] = deque()
+        self._lock = threading.Lock()
+        self._warned = 0.0
+
+    def append(self, window: ClosedWindow) -> None:
+        with self._lock:
+            self._windows.append(window)
+            if len(self._windows) <= self._max:
+                return
+            old = self._windows.popleft()
+        self._queue.count_dropped(len(old.groups))
+        now = time.monotonic()
+        if now - self._warned > 60:
+            self._warned = now
+            log.warning("EMF: %d closed windows wait for the sender; dropped the oldest (%d "
+                        "event(s)); is the destination stuck?", self._max, len(old.groups))
+
+    def popleft(self) -> ClosedWindow:
+        with self._lock:
+            return self._windows.popleft()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._windows.clear()
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+    def __bool__(self) -> bool:
+        return bool(self._windows)

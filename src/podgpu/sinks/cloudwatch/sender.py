@@ -6,6 +6,17 @@ than 14 days are refused by CloudWatch, so they are counted as rejected instead 
 sends are retried with capped exponential backoff and jitter (throttling, 5xx, timeouts, broken
 connections, and credential errors, which an IRSA token or a fixed policy can cure); the queue
 keeps everything meanwhile. Only a request CloudWatch calls invalid is given up, and counted.
+
+Every send has one **deadline** here, whatever the destination (issue 19 item 2): the send runs
+on a helper thread and the sender stops waiting when the deadline passes, counts a retryable
+failure, and asks the destination to `abort()` the send if it can (close its connection). Until
+that send returns no other starts, so a destination is never used by two threads at once. The
+sink's thread is therefore never held longer than the deadline, and `pump` returns at least every
+PUMP_BUDGET seconds so closed windows keep being encoded and queued.
+
+`health()` is the `emf` entry of /health: `stalled` when the oldest unsent event is older than
+four intervals plus the deadline (sends stopped succeeding, or succeed too slowly to keep up),
+back to `ok` once the backlog is sent. `finish()` accounts for every event at shutdown.
 """
 
 from __future__ import annotations
@@ -14,8 +25,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from podgpu.sinks.cloudwatch.destinations import Destination, SendError
 from podgpu.sinks.cloudwatch.queue import EventQueue
@@ -26,6 +38,11 @@ MAX_SPAN_MS = 24 * 3600 * 1000
 MAX_AGE_MS = 14 * 24 * 3600 * 1000 - 3600 * 1000  # an hour inside CloudWatch's 14 days
 DEFAULT_BACKOFF_BASE = 0.5
 DEFAULT_BACKOFF_CAP = 60.0
+DEFAULT_SEND_TIMEOUT = 30.0
+"""Seconds one send may take in all (PutLogEvents answers in well under a second)."""
+PUMP_BUDGET = 5.0
+"""Seconds `pump` sends before it returns to let the sink's thread encode closed windows."""
+STALL_INTERVALS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +61,9 @@ class EmfStats:
     last_success: float | None = None
     failing: str = ""
     """Why the last attempt failed ('' while it works)."""
+    accepted: int = 0
+    """Events put in the queue or loaded from the spool (= sent + rejected + dropped + queued)."""
+    oldest_unsent_ms: int | None = None
 
 
 class Sender:
@@ -58,8 +78,13 @@ class Sender:
         backoff_base: float = DEFAULT_BACKOFF_BASE,
         backoff_cap: float = DEFAULT_BACKOFF_CAP,
         rng: random.Random | None = None,
+        send_timeout: float = DEFAULT_SEND_TIMEOUT,
+        interval: float = 60.0,
     ) -> None:
         self._dest = destination
+        self._timeout = send_timeout
+        self._stall_after = STALL_INTERVALS * interval + send_timeout
+        self._stuck: threading.Thread | None = None
         self._queue = queue
         self._clock = clock
         self._base = backoff_base
@@ -81,17 +106,54 @@ class Sender:
                 rejected=self._rejected, dropped=self._queue.dropped,
                 queue_bytes=self._queue.bytes, queue_events=len(self._queue),
                 send_seconds_sum=self._send_sum, send_count=self._send_count,
-                last_success=self._last_success, failing=self._failing)
+                last_success=self._last_success, failing=self._failing,
+                accepted=self._queue.accepted, oldest_unsent_ms=self._queue.oldest_ms())
+
+    def health(self) -> dict[str, Any]:
+        """The `emf` entry of /health: status `ok`, `failing: <why>` (the last attempt failed)
+        or `stalled: <how old> (<why>)`; it never makes /health fail (GPU metrics are fine)."""
+        s = self.stats()
+        now = self._clock()
+        status = f"failing: {s.failing}" if s.failing else "ok"
+        body: dict[str, Any] = {"destination": s.destination, "status": status,
+                                "queued_events": s.queue_events}
+        if s.oldest_unsent_ms is not None:
+            age = max(0.0, now - s.oldest_unsent_ms / 1000)
+            body["oldest_unsent_age_seconds"] = round(age, 1)
+            if age > self._stall_after:
+                why = s.failing or "sends too slow to keep up"
+                body["status"] = (f"stalled: the oldest unsent event is {age:.0f} s old, more "
+                                  f"than {self._stall_after:g} s ({why})")
+        if s.last_success is not None:
+            body["last_success_age_seconds"] = round(max(0.0, now - s.last_success), 1)
+        return body
+
+    def finish(self, *, spooled: bool) -> int:
+        """At shutdown, after the last sends: what is still queued stays in the spool, or is
+        counted as dropped; one log line adds everything up. Returns the events left."""
+        left = len(self._queue)
+        if left and not spooled:
+            self._queue.drop_all()
+        s = self.stats()
+        where = "kept in the spool" if spooled else "dropped at shutdown"
+        log.log(logging.WARNING if left else logging.INFO,
+                "EMF at shutdown: %d event(s) queued in all = %d sent + %d rejected + %d dropped"
+                "%s; %d unsent (%s)", s.accepted, s.sent, s.rejected,
+                s.dropped - (0 if spooled else left),
+                f" + {left} {where}" if left else "", left, where)
+        return left
 
     def pump(self, deadline: float | None = None) -> float | None:
         """Send due batches until the queue is empty, a send fails, or `deadline` passes.
 
-        Returns how many seconds to wait before the next attempt (None: nothing queued)."""
+        Returns how many seconds to wait before the next attempt (None: nothing queued). Without
+        a deadline it returns after PUMP_BUDGET seconds with 0.0 (call again)."""
+        budget = time.monotonic() + PUMP_BUDGET
         while True:
             now = self._clock()
             if now < self._next_attempt:
                 return self._next_attempt - now
-            if deadline is not None and now >= deadline:
+            if (deadline is not None and now >= deadline) or time.monotonic() >= budget:
                 return 0.0
             self._expire(now)
             batch = self._queue.peek(self._dest.max_batch_events, self._dest.max_batch_bytes,
@@ -101,10 +163,44 @@ class Sender:
             if not self._send([(ts, m) for ts, m, _ in batch]):
                 return max(0.0, self._next_attempt - self._clock())
 
+    def _call(self, batch: Sequence[tuple[int, str]]) -> int:
+        """`destination.send(batch)` within the deadline, on a helper thread."""
+        if self._stuck is not None:
+            if self._stuck.is_alive():
+                raise SendError(f"{self._dest.name}: a send that passed the {self._timeout:g} s "
+                                "deadline has not returned yet", retryable=True)
+            self._stuck = None
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def send() -> None:
+            try:
+                box["rejected"] = self._dest.send(batch)
+            except BaseException as exc:  # handed to the waiting thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=send, name="podgpu-emf-send", daemon=True)
+        worker.start()
+        if not done.wait(self._timeout):
+            self._stuck = worker
+            abort = getattr(self._dest, "abort", None)
+            if callable(abort):
+                try:
+                    abort()
+                except Exception as exc:  # an abort that fails changes nothing here
+                    log.debug("EMF: abort of %s failed: %s", self._dest.name, exc)
+            raise SendError(f"{self._dest.name}: no complete answer within {self._timeout:g} s",
+                            retryable=True)
+        if "error" in box:
+            raise box["error"]
+        return int(box["rejected"])
+
     def _send(self, batch: list[tuple[int, str]]) -> bool:
         t0 = time.perf_counter()
         try:
-            rejected = self._dest.send(batch)
+            rejected = self._call(batch)
         except SendError as exc:
             elapsed = time.perf_counter() - t0
             with self._lock:

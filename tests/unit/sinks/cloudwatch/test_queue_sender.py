@@ -44,6 +44,11 @@ def events(n: int, size: int = 10, tag: str = "e") -> list[str]:
     return [f"{tag}{i:0{size - len(tag)}d}" for i in range(n)]
 
 
+def emf(n: int, tag: str = "e") -> list[str]:
+    """Valid EMF events (what the spool accepts back), all of one length."""
+    return [f'{{"_aws":{{"Timestamp":0}},"v":"{tag}{i:06d}"}}' for i in range(n)]
+
+
 def test_queue_bound_drops_oldest_and_counts() -> None:
     q = EventQueue(max_bytes=10 * (10 + EVENT_OVERHEAD))
     assert q.put(1000, events(6, tag="a")) == 0
@@ -66,20 +71,21 @@ def test_peek_respects_events_bytes_and_span() -> None:
 
 def test_spool_survives_a_restart_and_acked_segments_are_deleted(tmp_path: Path) -> None:
     q = EventQueue(1 << 20, str(tmp_path))
-    q.put(60_000, events(3, tag="x"))
-    q.put(120_000, events(2, tag="y"))
+    q.put(60_000, emf(3, tag="x"))
+    q.put(120_000, emf(2, tag="y"))
     assert len(list(tmp_path.glob("*.jsonl"))) == 2
     q.ack(3)
     assert len(list(tmp_path.glob("*.jsonl"))) == 1
     again = EventQueue(1 << 20, str(tmp_path))
     assert [(ts, m) for ts, m, _ in again.peek(10, 1 << 20, 1 << 40)] == \
-        [(120_000, "y000000000"), (120_000, "y000000001")]
+        [(120_000, e) for e in emf(2, tag="y")]
 
 
 def test_spool_bound_applies_on_load(tmp_path: Path) -> None:
-    EventQueue(1 << 20, str(tmp_path)).put(1, events(10))
-    small = EventQueue(3 * (10 + EVENT_OVERHEAD), str(tmp_path))
-    assert len(small) == 3 and small.dropped == 7
+    EventQueue(1 << 20, str(tmp_path)).put(1, emf(10))
+    small = EventQueue(3 * (len(emf(1)[0]) + EVENT_OVERHEAD), str(tmp_path))
+    assert len(small) == 3 and small.dropped == 7 and small.accepted == 10
+    assert [m for _, m, _ in small.peek(10, 1 << 20, 1 << 40)] == emf(10)[7:]  # the newest
 
 
 def test_unreadable_spool_file_is_skipped(tmp_path: Path) -> None:

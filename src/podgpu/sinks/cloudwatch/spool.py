@@ -1,0 +1,212 @@
+"""The EMF spool directory: one file per interval's events, written atomically, read back at start
+within the queue's byte bound (issue 19 item 2).
+
+The directory is usually a hostPath shared with earlier runs, so what is in it is not trusted:
+
+- only **regular files** with the spool's own name pattern are read, opened without following
+  symlinks and without blocking (a FIFO, a device or a symlink to `/dev/zero` is skipped with a
+  log line, never read);
+- loading is **bounded by the queue's byte bound**: the newest files are read first, and once the
+  bound is reached the older files are only counted (line by line, in fixed chunks) and deleted,
+  as the queue would have dropped them; a line longer than an event can be is never held whole;
+- every line is **validated** before it can be sent: a JSON object with an `_aws.Timestamp` or
+  a `Timestamp` number, at most MAX_EVENT_BYTES; other lines are dropped and counted;
+- **temporary files** (`*.tmp`, left by a crash or a full disk) are removed at start, and a write
+  that fails removes its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import stat
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO
+
+from podgpu.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+EVENT_OVERHEAD = 26  # PutLogEvents counts 26 bytes per event on top of the message
+MAX_EVENT_BYTES = 256 * 1024 - EVENT_OVERHEAD
+"""The largest message the encoder writes (the agent's 256 KiB cap, message + 26)."""
+READ_CHUNK = 1 << 20
+NAME = re.compile(r"^(\d{1,16})-[0-9A-Za-z_-]{1,64}\.jsonl$")
+"""`<timestamp_ms>-<pid>-<seq>.jsonl`, as `write` names them."""
+
+
+@dataclass(slots=True)
+class Loaded:
+    """What a start found in the spool: segments (oldest first) and the counts of what it did
+    not load."""
+
+    segments: list[tuple[int, list[str], str]] = field(default_factory=list)
+    """(timestamp ms, events, path)."""
+    over_bound: int = 0
+    """Events dropped because the spool held more than the queue's bound (oldest first)."""
+    invalid: int = 0
+    """Lines that are not EMF events (or are longer than one can be)."""
+    skipped: list[str] = field(default_factory=list)
+    """Entries that are not regular files, or could not be read."""
+    temp_removed: int = 0
+
+
+def prepare(path: str) -> None:
+    """Create the directory if needed; ConfigError (exit 2, one line) when it cannot be used."""
+    flag = f"--emf-spool-dir {path!r}"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(f"{flag}: exists and is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot create it: {exc.strerror or exc}") from None
+    if not os.path.isdir(path):
+        raise ConfigError(f"{flag}: not a directory")
+    if not os.access(path, os.W_OK | os.X_OK | os.R_OK):
+        raise ConfigError(f"{flag}: not readable and writable by this process (uid {os.getuid()})")
+
+
+def _open_regular(path: str) -> IO[bytes] | None:
+    """The file for reading if it is a regular file (never following a symlink, never blocking
+    on a FIFO); None otherwise."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
+def _lines(fh: IO[bytes]) -> Iterator[bytes | None]:
+    """Each line without its newline; None for a line longer than MAX_EVENT_BYTES (consumed in
+    chunks, never held whole)."""
+    while True:
+        line = fh.readline(MAX_EVENT_BYTES + 2)
+        if not line:
+            return
+        if not line.endswith(b"\n") and len(line) > MAX_EVENT_BYTES:
+            while (more := fh.readline(READ_CHUNK)) and not more.endswith(b"\n"):
+                pass
+            yield None
+            continue
+        yield line.rstrip(b"\n")
+
+
+def valid_event(line: bytes) -> str | None:
+    """The line as an event if it is one podgpu could have written, else None."""
+    if not line or len(line) > MAX_EVENT_BYTES or line[:1] != b"{":
+        return None
+    try:
+        text = line.decode("utf-8")
+        doc = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    aws = doc.get("_aws")
+    ts = aws.get("Timestamp") if isinstance(aws, dict) else doc.get("Timestamp")
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        return None
+    return text
+
+
+def count_lines(fh: IO[bytes]) -> int:
+    n, last = 0, b"\n"
+    while chunk := fh.read(READ_CHUNK):
+        n += chunk.count(b"\n")
+        last = chunk[-1:]
+    return n + (0 if last == b"\n" else 1)
+
+
+def load(path: str, budget: int) -> Loaded:
+    """Read the spool newest first within `budget` bytes (message + 26 per event)."""
+    out = Loaded()
+    found: list[tuple[int, str]] = []
+    with os.scandir(path) as it:
+        for entry in it:
+            if entry.name.endswith(".tmp"):
+                if entry.is_file(follow_symlinks=False):
+                    remove(entry.path)
+                    out.temp_removed += 1
+                continue
+            m = NAME.match(entry.name)
+            if m is None:
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                out.skipped.append(f"{entry.path} (not a regular file)")
+                continue
+            found.append((int(m[1]), entry.path))
+    found.sort(reverse=True)
+    for ts, file in found:
+        try:
+            fh = _open_regular(file)
+        except OSError as exc:
+            out.skipped.append(f"{file} ({exc.strerror or exc})")
+            continue
+        if fh is None:
+            out.skipped.append(f"{file} (not a regular file)")
+            continue
+        with fh:
+            if budget <= 0:
+                out.over_bound += count_lines(fh)
+                remove(file)
+                continue
+            events: deque[tuple[str, int]] = deque()
+            size = 0
+            for line in _lines(fh):
+                event = valid_event(line) if line is not None else None
+                if event is None:
+                    out.invalid += 1
+                    continue
+                n = len(line) + EVENT_OVERHEAD if line is not None else 0
+                events.append((event, n))
+                size += n
+                while size > budget and events:  # this file's oldest events go first
+                    size -= events.popleft()[1]
+                    out.over_bound += 1
+        if not events:
+            remove(file)
+            continue
+        budget -= size
+        out.segments.append((ts, [e for e, _ in events], file))
+    out.segments.reverse()
+    return out
+
+
+def write(path: str, name: str, events: list[str]) -> str | None:
+    """Write one segment atomically (a temp file renamed); the path, or None when the disk
+    refuses (the temp file is removed, the in-memory queue goes on)."""
+    final = os.path.join(path, name)
+    tmp = final + ".tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("\n".join(events) + "\n")
+        os.replace(tmp, final)
+        return final
+    except OSError as exc:
+        log.warning("EMF spool: cannot write %s: %s", final, exc.strerror or exc)
+        remove(tmp, quiet=True)
+        return None
+
+
+def remove(path: str, *, quiet: bool = False) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if not quiet:
+            log.warning("EMF spool: cannot remove %s: %s", path, exc.strerror or exc)
