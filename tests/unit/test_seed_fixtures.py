@@ -10,7 +10,8 @@ HERE = Path(__file__).resolve().parents[1] / "fixtures" / "seed"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "seed"
 
 
-@pytest.mark.parametrize("name", ["cwagent-config.json", "dcgm-exporter-metrics-a10g.txt"])
+@pytest.mark.parametrize("name", ["cwagent-config.json", "dcgm-exporter-metrics-a10g.txt",
+                                  "cwagent-prometheus-job.yaml"])
 def test_vendored_seed_matches_shared(name: str) -> None:
     assert (HERE / name).is_file()
     original = SHARED / name

@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from podgpu.fields.metriclist import MetricList
+from podgpu.fields.xid import error_labels
 from podgpu.model import Device, Snapshot
 from podgpu.sinks.prometheus.labels import (
     LabelOptions,
@@ -45,6 +46,8 @@ from podgpu.sinks.prometheus.labels import (
     short_identity_pairs,
 )
 from podgpu.sinks.prometheus.pods import ALLOCATION, MEMORY, UTIL, allocation_series, pod_usage
+
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 LabelKey = tuple[tuple[str, str], ...]
 """A label set, sorted by name: hashable, and the identity of one EMF event per flush."""
@@ -198,16 +201,23 @@ class SeriesBuilder:
             values = sample.values
             gauges: list[Item] = []
             counters: list[Item] = []
+            xid: Item | None = None
             for name, kind in self._rows:
                 v = values.get(name)
                 if v is not None and not isinstance(v, str) and math.isfinite(v):
-                    (counters if kind == COUNTER else gauges).append((name, v))
+                    if name == XID_FIELD:  # its err_code/err_msg labels follow the value
+                        xid = (name, v)
+                    else:
+                        (counters if kind == COUNTER else gauges).append((name, v))
             for extra, attrs in series_variants(holders.get(sample.device.key, []), lopts):
                 base = ident + fields + extra + attrs
                 if gauges:
                     yield self._key(base, GAUGE), GAUGE, gauges
                 if counters:
                     yield self._key(base, COUNTER), COUNTER, counters
+                if xid is not None:  # as /metrics labels it (sinks/prometheus/exposition.py)
+                    xkind = kinds[XID_FIELD]
+                    yield self._key(base + error_labels(xid[1]), xkind), xkind, [xid]
                 for lv in sample.labeled:
                     lkind = kinds.get(lv.field)
                     if lkind is not None and math.isfinite(lv.value):

@@ -29,8 +29,10 @@ def one_minute(node: SimNode, encoder: Encoder) -> list[dict[str, object]]:
 def test_seed_config_yields_per_pod_gpu_util_with_the_seed_dimensions() -> None:
     node = SimNode(4)
     docs = one_minute(node, Encoder(load_emf_config(str(SEED))))
-    assert len(docs) == 1  # only the exclusive GPU's series has a `pod`: the rest match no set
-    doc = docs[0]
+    # only the exclusive GPU's series have a `pod` (its XID, with err_code/err_msg labels, is a
+    # label set of its own, as on /metrics): the rest match no set
+    assert len(docs) == 2 and len({d["pod"] for d in docs}) == 1
+    doc = next(d for d in docs if "DCGM_FI_DEV_GPU_UTIL" in d)
     aws = doc["_aws"]
     assert isinstance(aws, dict) and aws["Timestamp"] % 60_000 == 0
     (directive,) = aws["CloudWatchMetrics"]
@@ -62,7 +64,7 @@ def test_keep_unmatched_sends_plain_events_without_a_directive() -> None:
     docs = one_minute(node, Encoder(load_emf_config(str(SEED)), keep_unmatched=True))
     plain = [d for d in docs if "_aws" not in d]
     assert plain and all("Timestamp" in d for d in plain)
-    with_pod = next(d for d in docs if "_aws" in d)
+    with_pod = next(d for d in docs if "DCGM_FI_DEV_GPU_UTIL" in d)
     assert "DCGM_FI_DEV_GPU_TEMP" in with_pod  # rides along, not in the directive
     names = {m["Name"] for dd in with_pod["_aws"]["CloudWatchMetrics"] for m in dd["Metrics"]}
     assert "DCGM_FI_DEV_GPU_TEMP" not in names

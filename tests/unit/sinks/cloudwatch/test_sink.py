@@ -43,12 +43,15 @@ def test_sink_sends_each_closed_window_and_reports_metrics() -> None:
     wait_for(lambda: len(dest.batches) == 2)
     sink.stop()
     docs = [json.loads(m) for b in dest.batches for _, m in b]
+    # two label sets (the exclusive GPU's series, and its XID with err_code/err_msg labels)
+    assert len(docs) == 6
+    docs = [d for d in docs if "DCGM_FI_DEV_GPU_UTIL" in d]
     # two closed minutes, then the open one at stop: one event per label set per minute
     assert [d["_aws"]["Timestamp"] for d in docs] == [
         int((node.clock.now - 121) * 1000), int((node.clock.now - 61) * 1000),
         int((node.clock.now - 1) * 1000)]
     text = sink.render_metrics()
-    assert 'podgpu_emf_events_total{result="sent"} 3\n' in text
+    assert 'podgpu_emf_events_total{result="sent"} 6\n' in text
     assert "podgpu_emf_last_success_timestamp_seconds " in text
     assert sink.health()["status"] == "ok"
 
@@ -78,7 +81,8 @@ def test_offer_never_waits_on_a_stuck_destination() -> None:
     gate.set()
     sink.stop(grace=5.0)
     assert released_by_test
-    assert len(sent) == 30  # every one-second window, the ones offered while stuck included
+    # every one-second window (2 label sets each), the ones offered while stuck included
+    assert len(sent) == 60
 
 
 @pytest.mark.parametrize("kind", ["tcp", "udp"])
