@@ -27,11 +27,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from podgpu.attribution.attributor import build_attributor  # noqa: E402
 from podgpu.collect import Collector  # noqa: E402
 from podgpu.fields.metriclist import load_default  # noqa: E402
 from podgpu.sim.backend import MODELS, SimulatedBackend  # noqa: E402
-from podgpu.sim.scenario import parse_scenario  # noqa: E402
+from podgpu.sim.scenario import SimulatedAttributor, parse_scenario  # noqa: E402
 from podgpu.sinks.cloudwatch.declarations import load_emf_config  # noqa: E402
 from podgpu.sinks.cloudwatch.encode import Encoder  # noqa: E402
 from podgpu.sinks.cloudwatch.queue import EventQueue  # noqa: E402
@@ -59,7 +58,7 @@ def node(clock: Clock) -> Collector:
     backend.open()
     metrics = load_default()
     return Collector(backend, metrics.fields, want_processes=True, clock=clock,
-                     attributor=build_attributor(kubernetes=False, scenario=scenario))
+                     attributor=SimulatedAttributor(scenario))
 
 
 def series_builder() -> SeriesBuilder:

@@ -102,18 +102,17 @@ def summary(ms: list[float]) -> dict[str, float]:
 
 def render_costs(gpus: int, loops: int) -> dict[str, float]:
     sys.path.insert(0, str(ROOT / "src"))
-    from podgpu.attribution.attributor import build_attributor
     from podgpu.collect import Collector
     from podgpu.fields.metriclist import load_default
     from podgpu.sim.backend import SimulatedBackend, parse_simulate
-    from podgpu.sim.scenario import default_scenario
+    from podgpu.sim.scenario import SimulatedAttributor, default_scenario
     from podgpu.sinks.live import LiveRenderer, ViewOptions, build_view, render_json, render_page
     from podgpu.sinks.prometheus import RenderOptions, render
     from podgpu.sinks.prometheus.labels import LabelOptions
 
     scenario = default_scenario(gpus)
     backend = SimulatedBackend(*parse_simulate(str(gpus)), scenario=scenario)
-    attributor = build_attributor(kubernetes=False, node_name="bench", scenario=scenario)
+    attributor = SimulatedAttributor(scenario)
     metrics = load_default()
     backend.open()
     assert attributor is not None

@@ -29,18 +29,15 @@ class BackendError(PodgpuError):
     """The GPU backend cannot work at all (no library, no driver, no permission)."""
 
 
-class DeviceLostError(BackendError):
-    """One device fell off the bus or became unreachable; the others keep reporting."""
-
-    def __init__(self, device: str, reason: str) -> None:
-        super().__init__(f"{device}: {reason}")
-        self.device = device
-        self.reason = reason
-
-
 class ListenError(PodgpuError):
     """The HTTP port cannot be opened (in use, no permission). Exit status 1."""
 
 
 class AttributionError(PodgpuError):
     """The kubelet, the cgroup tree or the Kubernetes API could not be read."""
+
+
+def exit_status(exc: PodgpuError) -> int:
+    """The one mapping from an error to the process exit status: 2 for bad input (the user fixes
+    a flag, variable or file), 1 for a runtime failure (the node or the network is at fault)."""
+    return 2 if isinstance(exc, ConfigError) else 1

@@ -70,12 +70,6 @@ class MetricListSwitch:
             self.current = fresh
 
 
-def hold_sighup() -> None:
-    """From now until `install_sighup`'s handler takes over, SIGHUP is logged and ignored (start-up:
-    the first collection cycle, opening the port), so it never kills the process."""
-    signal.signal(signal.SIGHUP, _ignored_during_startup)
-
-
 def install_sighup(app: web.Application, *reloads: Callable[[], object]) -> None:
     """Run `reloads` on the event loop thread on every SIGHUP once `app` is serving."""
 
@@ -91,7 +85,3 @@ def install_sighup(app: web.Application, *reloads: Callable[[], object]) -> None
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
 
     app.on_startup.append(register)
-
-
-def _ignored_during_startup(_signum: int, _frame: object) -> None:
-    log.warning("SIGHUP during start-up: ignored (send it again once serving)")

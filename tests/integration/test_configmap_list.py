@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from podgpu.attribution.kubeapi import KubeConfig
-from podgpu.cli import load_metrics
 from podgpu.config import parse_serve_args
 from podgpu.errors import AttributionError, ConfigError
+from podgpu.serve import load_metrics
 from tests.integration.kube_api_fake import FakeKubeApi
 
 LIST = "# from a ConfigMap\nDCGM_FI_DEV_GPU_UTIL, gauge, util\ndcgm_fb_used, gauge, fb\n"
@@ -31,7 +31,7 @@ def cfg(api: FakeKubeApi) -> KubeConfig:
 
 def test_list_comes_from_the_configmap_and_wins_over_f(api: FakeKubeApi) -> None:
     s = parse_serve_args(["-m", "gpu-operator:exporter-metrics", "-f", "/nonexistent.csv"], {})
-    ml = load_metrics(s, cfg(api))
+    ml = load_metrics(s.collect, cfg(api))
     assert [r.out for r in ml.metrics] == ["DCGM_FI_DEV_GPU_UTIL", "dcgm_fb_used"]
     assert ml.path == "configmap gpu-operator/exporter-metrics (key metrics)"
     assert any(r["path"] == ["/api/v1/namespaces/gpu-operator/configmaps/exporter-metrics"]
@@ -40,8 +40,8 @@ def test_list_comes_from_the_configmap_and_wins_over_f(api: FakeKubeApi) -> None
 
 def test_env_spelling_and_none() -> None:
     s = parse_serve_args([], {"DCGM_EXPORTER_CONFIGMAP_DATA": "ns:cm"})
-    assert s.configmap_data == ("ns", "cm")
-    assert parse_serve_args(["-m", "none"], {}).configmap_data is None
+    assert s.collect.configmap == ("ns", "cm")
+    assert parse_serve_args(["-m", "none"], {}).collect.configmap is None
 
 
 @pytest.mark.parametrize("value", ["justname", ":cm", "ns:", "a:b:c"])
@@ -52,15 +52,15 @@ def test_malformed_value_is_a_one_line_config_error(value: str) -> None:
 
 def test_missing_configmap_or_key_is_a_config_error(api: FakeKubeApi) -> None:
     with pytest.raises(ConfigError, match="ConfigMap 'absent' not found in namespace 'ns'"):
-        load_metrics(parse_serve_args(["-m", "ns:absent"], {}), cfg(api))
+        load_metrics(parse_serve_args(["-m", "ns:absent"], {}).collect, cfg(api))
     with pytest.raises(ConfigError, match=r"has no 'metrics' key \(keys: dcgm-metrics.csv\)"):
-        load_metrics(parse_serve_args(["-m", "gpu-operator:wrong-key"], {}), cfg(api))
+        load_metrics(parse_serve_args(["-m", "gpu-operator:wrong-key"], {}).collect, cfg(api))
 
 
 def test_forbidden_or_unreachable_api_is_a_runtime_error(api: FakeKubeApi) -> None:
     api.fail_status = 403
     with pytest.raises(AttributionError, match="needs get on configmaps"):
-        load_metrics(parse_serve_args(["-m", "gpu-operator:exporter-metrics"], {}), cfg(api))
+        load_metrics(parse_serve_args(["-m", "gpu-operator:exporter-metrics"], {}).collect, cfg(api))
     with pytest.raises(AttributionError, match="cannot read it"):
-        load_metrics(parse_serve_args(["-m", "a:b"], {}),
+        load_metrics(parse_serve_args(["-m", "a:b"], {}).collect,
                      KubeConfig(host="http://127.0.0.1:9"))

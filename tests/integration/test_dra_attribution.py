@@ -10,6 +10,7 @@ import pytest
 from podgpu.attribution.attributor import KubeletAttributor, build_attributor
 from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.model import Device
+from podgpu.settings import KubernetesSettings
 from tests.integration.kubelet_fake import FakeClaim, FakeContainer, FakeKubelet, FakePod, wait_for
 
 G = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3)]
@@ -43,8 +44,8 @@ def dra_kubelet(sock: str) -> Iterator[FakeKubelet]:
 
 
 def attributor(sock: str, dra: bool) -> KubeletAttributor:
-    a = build_attributor(kubernetes=True, pod_resources_kubelet_socket=sock, node_name="node-1",
-                         poll_interval_seconds=0.05, kubernetes_enable_dra=dra,
+    a = build_attributor(KubernetesSettings(enabled=True, kubelet_socket=sock, node_name="node-1",
+                                            poll_interval=0.05, dra=dra),
                          kube_api_configuration=KubeConfig(host="http://127.0.0.1:9"))
     assert isinstance(a, KubeletAttributor)
     a.start()

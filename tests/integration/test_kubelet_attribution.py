@@ -1,4 +1,4 @@
-"""`build_attributor(kubernetes=True)` end to end below the CLI: a real gRPC kubelet on a unix
+"""`build_attributor(KubernetesSettings(enabled=True))` end to end below the CLI: a real gRPC kubelet on a unix
 socket, the crafted /proc tree, and the pod API stand-in with the `kubernetes` client."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from podgpu.attribution.base import Attribution
 from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.errors import ConfigError
 from podgpu.model import ContainerRef, Device, GpuProcess
+from podgpu.settings import KubernetesSettings
 from tests.integration.kube_api_fake import FakeKubeApi, pod
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, wait_for
 
@@ -44,10 +45,9 @@ def api() -> Iterator[FakeKubeApi]:
 
 def make(sock: str, api: FakeKubeApi | None, **kw: object) -> KubeletAttributor:
     a = build_attributor(
-        kubernetes=True, pod_resources_kubelet_socket=sock, proc_root=str(PROC),
-        node_name="n1", poll_interval_seconds=0.05,
-        kube_api_configuration=KubeConfig(host=api.url if api else "http://127.0.0.1:9"),
-        **kw)  # type: ignore[arg-type]
+        KubernetesSettings(enabled=True, kubelet_socket=sock, proc_root=str(PROC),
+                           node_name="n1", poll_interval=0.05, **kw),  # type: ignore[arg-type]
+        kube_api_configuration=KubeConfig(host=api.url if api else "http://127.0.0.1:9"))
     assert isinstance(a, KubeletAttributor)
     a.start()
     return a
@@ -82,8 +82,8 @@ def test_allocations_and_processes_joined(kubelet: FakeKubelet, api: FakeKubeApi
         gpu_pod("inference", "infer-b", "server", "nvidia.com/gpu", f"{G[1]}::1"),
         gpu_pod("ml", "mig", "w", "nvidia.com/mig-1g.10gb", f"{MIG}::2"),
     ])
-    a = make(sock, api, kubernetes_enable_pod_uid=True, kubernetes_enable_pod_labels=True,
-             kubernetes_pod_label_allowlist_regex="^app")
+    a = make(sock, api, pod_uid=True, pod_labels=True,
+             label_allowlist=("^app",))
     try:
         r = settle(a, lambda r: r.processes[1].container is not None
                    and r.processes[1].container.pod == "infer-a")
@@ -139,7 +139,7 @@ def test_allocations_follow_the_kubelet_and_drop_when_it_goes(
 def test_renamed_resource_needs_the_flag(kubelet: FakeKubelet, sock: str) -> None:
     kubelet.set_pods([gpu_pod("ml", "s", "c", "nvidia.com/gpu.shared", f"{G[1]}::0")])
     plain = make(sock, None)
-    listed = make(sock, None, nvidia_resource_names="nvidia.com/gpu.shared,nvidia.com/a100")
+    listed = make(sock, None, resource_names=("nvidia.com/gpu.shared", "nvidia.com/a100"))
     try:
         assert settle(plain, lambda r: r.status == "ok").allocations == ()
         r = settle(listed, lambda r: len(r.allocations) == 1)
@@ -151,7 +151,7 @@ def test_renamed_resource_needs_the_flag(kubelet: FakeKubelet, sock: str) -> Non
 
 def test_device_name_ids(kubelet: FakeKubelet, sock: str) -> None:
     kubelet.set_pods([gpu_pod("ml", "g", "c", "nvidia.com/gpu", "nvidia0/vgpu3", "nvidia2/gi5")])
-    a = make(sock, None, kubernetes_gpu_id_type="device-name")
+    a = make(sock, None, gpu_id_type="device-name")
     try:
         r = settle(a, lambda r: len(r.allocations) == 2)
         assert [(x.device_key, x.replica) for x in r.allocations] == [(G[0], 3), (MIG, None)]
@@ -176,16 +176,16 @@ def test_attribute_never_raises(kubelet: FakeKubelet, sock: str) -> None:
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"kubernetes_gpu_id_type": "index"}, "expected uid or device-name"),
-        ({"pod_resources_kubelet_socket": ""}, "must not be empty"),
-        ({"poll_interval_seconds": 0}, "must be > 0"),
-        ({"kubernetes_pod_label_allowlist_regex": ["("]}, "bad regex"),
+        ({"gpu_id_type": "index"}, "expected uid or device-name"),
+        ({"kubelet_socket": ""}, "must not be empty"),
+        ({"poll_interval": 0}, "must be > 0"),
+        ({"label_allowlist": ("(",)}, "bad regex"),
     ],
 )
 def test_factory_refuses_bad_values(kw: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        build_attributor(kubernetes=True, **kw)  # type: ignore[arg-type]
+        build_attributor(KubernetesSettings(enabled=True, **kw))  # type: ignore[arg-type]
 
 
 def test_factory_without_kubernetes_or_scenario_gives_none() -> None:
-    assert build_attributor(kubernetes=False) is None
+    assert build_attributor(KubernetesSettings()) is None

@@ -10,6 +10,7 @@ import pytest
 from podgpu.attribution.attributor import KubeletAttributor, build_attributor
 from podgpu.attribution.kubelet import PodResourcesClient, list_deadline, stale_after
 from podgpu.model import Device
+from podgpu.settings import KubernetesSettings
 from tests.conftest import FakeClock
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, wait_for
 
@@ -53,8 +54,8 @@ def test_an_answer_older_than_the_bound_is_not_used(kubelet: FakeKubelet, sock: 
 def test_a_hung_list_fails_at_the_deadline_and_drops_the_deleted_pod(kubelet: FakeKubelet,
                                                                      sock: str) -> None:
     kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", G0)])
-    att = build_attributor(kubernetes=True, pod_resources_kubelet_socket=sock,
-                           proc_root="/proc", poll_interval_seconds=1.0,
+    att = build_attributor(KubernetesSettings(enabled=True, kubelet_socket=sock, proc_root="/proc",
+                                              poll_interval=1.0),
                            kube_api_configuration=_no_api())
     assert isinstance(att, KubeletAttributor)
     att.start()

@@ -8,18 +8,18 @@ from podgpu.errors import ConfigError
 
 def test_defaults() -> None:
     s = parse_serve_args([], {"NODE_NAME": "n1"})
-    assert (s.host, s.port) == (None, 9400)
-    assert s.collect_interval_ms == DEFAULT_COLLECT_INTERVAL_MS
-    assert s.hostname == "n1" and s.hostname_label == "Hostname"
-    assert s.collectors is None and not s.kubernetes
+    assert (s.http.host, s.http.port) == (None, 9400)
+    assert s.collect.interval_ms == DEFAULT_COLLECT_INTERVAL_MS
+    assert s.output.hostname == "n1" and s.output.hostname_label == "Hostname"
+    assert s.collect.collectors is None and not s.kubernetes.enabled
 
 
 def test_flag_beats_env_beats_default() -> None:
     env = {"DCGM_EXPORTER_INTERVAL": "2000", "DCGM_EXPORTER_LISTEN": "127.0.0.1:9500"}
     s = parse_serve_args(["-c", "3000"], env)
-    assert s.collect_interval_ms == 3000
-    assert (s.host, s.port) == ("127.0.0.1", 9500)
-    assert parse_serve_args([], env).collect_interval_ms == 2000
+    assert s.collect.interval_ms == 3000
+    assert (s.http.host, s.http.port) == ("127.0.0.1", 9500)
+    assert parse_serve_args([], env).collect.interval_ms == 2000
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ def test_flag_beats_env_beats_default() -> None:
     ],
 )
 def test_boolean_forms(argv: list[str], env: dict[str, str], expected: bool) -> None:
-    assert parse_serve_args(argv, env).kubernetes is expected
+    assert parse_serve_args(argv, env).kubernetes.enabled is expected
 
 
 def test_unprefixed_dcgm_exporter_env_names() -> None:
@@ -42,9 +42,9 @@ def test_unprefixed_dcgm_exporter_env_names() -> None:
            "KUBERNETES_VIRTUAL_GPUS": "true",
            "DCGM_POD_RESOURCES_KUBELET_SOCKET": "/tmp/k.sock"}
     s = parse_serve_args([], env)
-    assert s.nvidia_resource_names == ("nvidia.com/a100", "nvidia.com/gpu.shared")
-    assert s.kubernetes_virtual_gpus
-    assert s.pod_resources_kubelet_socket == "/tmp/k.sock"
+    assert s.kubernetes.resource_names == ("nvidia.com/a100", "nvidia.com/gpu.shared")
+    assert s.kubernetes.virtual_gpus
+    assert s.kubernetes.kubelet_socket == "/tmp/k.sock"
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,7 @@ def test_unprefixed_dcgm_exporter_env_names() -> None:
 )
 def test_addresses(address: str, host: str | None, port: int) -> None:
     s = parse_serve_args(["-a", address], {})
-    assert (s.host, s.port) == (host, port)
+    assert (s.http.host, s.http.port) == (host, port)
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,6 @@ def test_addresses(address: str, host: str | None, port: int) -> None:
     [
         (["-a", "9400"], {}, "--address '9400'"),
         (["-a", ":99999"], {}, "--address"),
-        (["-c", "50"], {}, "at least 100 ms"),
         (["-c", "1s"], {}, "--collect-interval: expected milliseconds"),
         ([], {"DCGM_EXPORTER_INTERVAL": "fast"}, "environment variable DCGM_EXPORTER_INTERVAL"),
         ([], {"DCGM_EXPORTER_KUBERNETES": "maybe"}, "DCGM_EXPORTER_KUBERNETES: expected true"),
@@ -95,26 +94,26 @@ def test_unsupported_dcgm_exporter_options_that_matter_are_refused(
 
 
 def test_web_config_file_flag_and_environment_variable() -> None:
-    assert parse_serve_args([], {}).web_config_file is None
-    assert parse_serve_args(["--web-config-file", "a.yml"], {}).web_config_file == "a.yml"
+    assert parse_serve_args([], {}).http.web_config_file is None
+    assert parse_serve_args(["--web-config-file", "a.yml"], {}).http.web_config_file == "a.yml"
     env = {"DCGM_EXPORTER_WEB_CONFIG_FILE": "b.yml"}
-    assert parse_serve_args([], env).web_config_file == "b.yml"
-    assert parse_serve_args(["--web-config-file", "a.yml"], env).web_config_file == "a.yml"
-    assert parse_serve_args([], {"DCGM_EXPORTER_WEB_CONFIG_FILE": ""}).web_config_file is None
+    assert parse_serve_args([], env).http.web_config_file == "b.yml"
+    assert parse_serve_args(["--web-config-file", "a.yml"], env).http.web_config_file == "a.yml"
+    assert parse_serve_args([], {"DCGM_EXPORTER_WEB_CONFIG_FILE": ""}).http.web_config_file is None
 
 
 def test_issue9_options_old_namespace_devices_dra() -> None:
     from podgpu.model.selection import DeviceSelection
 
     s = parse_serve_args(["-o", "-d", "g:0,2-3+i:1", "--kubernetes-enable-dra"], {})
-    assert s.use_old_namespace and s.kubernetes_enable_dra
-    assert s.devices == DeviceSelection(False, (0, 2, 3), (1,))
+    assert s.output.old_namespace and s.kubernetes.dra
+    assert s.collect.devices == DeviceSelection(False, (0, 2, 3), (1,))
     env = {"DCGM_EXPORTER_DEVICES_STR": "i", "DCGM_EXPORTER_USE_OLD_NAMESPACE": "true",
            "KUBERNETES_ENABLE_DRA": "1"}
     s = parse_serve_args([], env)
-    assert s.devices == DeviceSelection(False, None, ()) and s.use_old_namespace
-    assert s.kubernetes_enable_dra
-    assert parse_serve_args(["-d", "f"], {}).devices == DeviceSelection()
+    assert s.collect.devices == DeviceSelection(False, None, ()) and s.output.old_namespace
+    assert s.kubernetes.dra
+    assert parse_serve_args(["-d", "f"], {}).collect.devices == DeviceSelection()
 
 
 @pytest.mark.parametrize("spec", ["x", "g:", "g:1-0", "g+g", "g:a", "i:1,,2", "f+g"])

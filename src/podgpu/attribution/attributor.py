@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from podgpu.attribution.base import Attribution, Attributor
-from podgpu.attribution.cgroups import DEFAULT_PROC_ROOT, CgroupReader
+from podgpu.attribution.cgroups import CgroupReader
 from podgpu.attribution.deviceids import GPU_ID_TYPES, DeviceIndex, GpuIdType, index_for
 from podgpu.attribution.enrich import (
     EnrichOptions,
@@ -23,7 +23,6 @@ from podgpu.attribution.enrich import (
     resolve_processes,
 )
 from podgpu.attribution.kubelet import (
-    DEFAULT_SOCKET,
     ContainerDevices,
     PodResourcesClient,
     list_deadline,
@@ -32,9 +31,7 @@ from podgpu.attribution.kubelet import (
 from podgpu.attribution.podwatch import PodIndex, PodWatcher
 from podgpu.errors import ConfigError
 from podgpu.model import Allocation, Device, GpuProcess
-
-if TYPE_CHECKING:
-    from podgpu.sim.scenario import Scenario
+from podgpu.settings import KubernetesSettings
 
 log = logging.getLogger(__name__)
 
@@ -160,72 +157,50 @@ class KubeletAttributor:
         return tuple(out)
 
 
-def build_attributor(
-    *,
-    kubernetes: bool,
-    pod_resources_kubelet_socket: str = DEFAULT_SOCKET,
-    kubernetes_gpu_id_type: str = "uid",
-    nvidia_resource_names: str | Iterable[str] = (),
-    kubernetes_enable_pod_uid: bool = False,
-    kubernetes_enable_pod_labels: bool = False,
-    kubernetes_pod_label_allowlist_regex: str | Iterable[str] | None = None,
-    proc_root: str = DEFAULT_PROC_ROOT,
-    node_name: str | None = None,
-    poll_interval_seconds: float = 1.0,
-    scenario: Scenario | None = None,
-    kube_api_configuration: Any = None,
-    kubernetes_enable_dra: bool = False,
-) -> Attributor | None:
-    """The attributor the flags ask for, or None (no `-k`, no simulated scenario).
+def enrich_options(settings: KubernetesSettings) -> EnrichOptions:
+    """What to copy onto pods' refs; ConfigError for a bad allowlist pattern."""
+    return EnrichOptions(
+        extra_resources=frozenset(n.strip() for n in settings.resource_names if n.strip()),
+        enable_pod_uid=settings.pod_uid,
+        enable_pod_labels=settings.pod_labels,
+        label_allowlist=compile_allowlist(settings.label_allowlist),
+    )
 
-    `-k` wins over a scenario: with `--simulate N -k` devices are simulated but allocations come
-    from the kubelet socket (the issue-4 end-to-end set-up), and the scenario's processes, which
-    arrive with their containers set, pass through unchanged. Without `-k`, a `Scenario`
-    (podgpu.sim.scenario) gives a `SimulatedAttributor`. Raises ConfigError on bad values.
-    `kube_api_configuration` (a kubernetes.client.Configuration) is for tests; None means
-    in-cluster config.
+
+def build_attributor(settings: KubernetesSettings, *, kube_api_configuration: Any = None
+                     ) -> Attributor | None:
+    """The kubelet attributor `-k` asks for, or None without it.
+
+    `settings` was validated when it was built (podgpu.config); the simulated node's attributor
+    is podgpu.sim.scenario's. `kube_api_configuration` (a kubernetes.client.Configuration) is
+    for tests; None means in-cluster config.
     """
-    names = (
-        nvidia_resource_names.split(",")
-        if isinstance(nvidia_resource_names, str)
-        else list(nvidia_resource_names)
-    )
-    options = EnrichOptions(
-        extra_resources=frozenset(n.strip() for n in names if n.strip()),
-        enable_pod_uid=kubernetes_enable_pod_uid,
-        enable_pod_labels=kubernetes_enable_pod_labels,
-        label_allowlist=compile_allowlist(kubernetes_pod_label_allowlist_regex),
-    )
-    if not kubernetes:
-        if scenario is None:
-            return None
-        from podgpu.sim.scenario import SimulatedAttributor
-
-        return SimulatedAttributor(scenario, options)
-    if kubernetes_gpu_id_type not in GPU_ID_TYPES:
+    if not settings.enabled:
+        return None
+    if settings.gpu_id_type not in GPU_ID_TYPES:
         raise ConfigError(
-            f"--kubernetes-gpu-id-type {kubernetes_gpu_id_type!r}: expected uid or device-name"
-        )
-    id_type: GpuIdType = "uid" if kubernetes_gpu_id_type == "uid" else "device-name"
-    if not pod_resources_kubelet_socket:
+            f"--kubernetes-gpu-id-type {settings.gpu_id_type!r}: expected uid or device-name")
+    id_type: GpuIdType = "uid" if settings.gpu_id_type == "uid" else "device-name"
+    if not settings.kubelet_socket:
         raise ConfigError("--pod-resources-kubelet-socket must not be empty")
-    if poll_interval_seconds <= 0:
-        raise ConfigError(f"kubelet poll interval must be > 0 s, got {poll_interval_seconds}")
+    poll = settings.poll_interval
+    if poll <= 0:
+        raise ConfigError(f"kubelet poll interval must be > 0 s, got {poll}")
     return KubeletAttributor(
         # Half the collect interval: a kubelet change reaches a snapshot within 1.5 intervals
         # (issue 4 asks for two); at the 30 s default that is one List per 15 s.
         # The List deadline and the staleness bound follow the interval (issue 13): a hung List
         # costs the pod labels after stale_after(interval), ~3 s at 1 s, not ~11 s.
         PodResourcesClient(
-            pod_resources_kubelet_socket, poll_interval_seconds=poll_interval_seconds / 2,
-            dra=kubernetes_enable_dra, timeout_seconds=list_deadline(poll_interval_seconds),
+            settings.kubelet_socket, poll_interval_seconds=poll / 2,
+            dra=settings.dra, timeout_seconds=list_deadline(poll),
             # retry a missing kubelet at least once per collect interval, so labels return
             # within two intervals after it does (issue 13; measured in bench/RESULTS.md)
-            max_backoff_seconds=poll_interval_seconds,
+            max_backoff_seconds=poll,
         ),
-        stale_after_seconds=stale_after(poll_interval_seconds),
+        stale_after_seconds=stale_after(poll),
         id_type=id_type,
-        options=options,
-        cgroups=CgroupReader(proc_root),
-        pod_watcher=PodWatcher(node_name, configuration=kube_api_configuration),
+        options=enrich_options(settings),
+        cgroups=CgroupReader(settings.proc_root),
+        pod_watcher=PodWatcher(settings.node_name or None, configuration=kube_api_configuration),
     )

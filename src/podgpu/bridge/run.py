@@ -9,7 +9,6 @@ grace), unsent events stay in the spool when there is one.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as cf
 import json
 import logging
@@ -23,27 +22,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from podgpu import logs
-from podgpu.bridge.options import BridgeSettings, add_arguments, settings_from
+from podgpu.bridge.options import BridgeSettings, parse_args
 from podgpu.bridge.scrape import ScrapeError, Target, parse_url
 from podgpu.bridge.series import Dropped, Group, TargetLabels, to_series
-from podgpu.errors import ConfigError
-from podgpu.sinks.cloudwatch import EmfSink, load_emf_config
-from podgpu.sinks.cloudwatch.declarations import DEFAULT_LOG_GROUP
-from podgpu.sinks.cloudwatch.destinations import make_destination, parse_target
-from podgpu.sinks.cloudwatch.encode import Encoder
-from podgpu.sinks.cloudwatch.queue import EventQueue
+from podgpu.emfbuild import build_emf_sink
+from podgpu.sinks.cloudwatch import EmfSink
 from podgpu.sinks.prometheus.text import escape_label_value, family_header, format_seconds
 
 log = logging.getLogger("podgpu.emf")
-
-
-def log_group_for(template: str, cluster: str, node: str) -> str:
-    """The agent's default group names the cluster; so must the user when it is a template."""
-    if "{ClusterName}" in template and not cluster:
-        raise ConfigError(
-            f"the log group {template!r} needs a cluster name: pass --cluster-name NAME (or set "
-            "cluster_name in the agent config, or --emf-log-group)")
-    return template.replace("{ClusterName}", cluster).replace("{NodeName}", node)
 
 
 class Bridge:
@@ -152,30 +138,11 @@ class Bridge:
 
 
 def build_sink(settings: BridgeSettings) -> tuple[EmfSink, str]:
-    """The EMF sink of `podgpu serve`, without a SeriesBuilder (the bridge offers series)."""
-    config = load_emf_config(settings.cloudwatch_config)
-    for w in config.warnings:
-        log.warning("%s", w)
-    target = parse_target(settings.emf_destination)
-    cluster = settings.cluster_name or config.cluster_name
-    group = log_group_for(settings.emf_log_group or config.log_group_name or DEFAULT_LOG_GROUP,
-                          cluster, settings.node_name)
-    if not cluster and any("ClusterName" in s for d in config.declarations for s in d.dimensions):
-        log.warning("EMF: no cluster name (--cluster-name): dimension sets naming ClusterName "
-                    "are dropped unless the targets' series carry ClusterName")
-    stream = settings.emf_log_stream or settings.node_name
-    route = (group, stream) if target.kind in ("tcp", "udp") else None
-    encoder = Encoder(config, storage_resolution=settings.emf_storage_resolution,
-                      keep_unmatched=settings.emf_keep_unmatched, route=route)
-    destination = make_destination(target, log_group=group, log_stream=stream,
-                                   region=settings.aws_region,
-                                   endpoint_url=settings.emf_endpoint_url,
-                                   create_log_group=settings.emf_create_log_group)
-    queue = EventQueue(settings.emf_queue_bytes, settings.emf_spool_dir)
-    log.info("EMF bridge: %d target(s) every %g s, %s every %g s to %s (log group %s, stream %s)",
-             len(settings.targets), settings.scrape_interval, config.path, settings.emf_interval,
-             target, group, stream)
-    return EmfSink(None, encoder, queue, destination, interval=settings.emf_interval), cluster
+    """The EMF sink of `podgpu serve` (the one builder), without a SeriesBuilder: the bridge
+    offers series itself."""
+    return build_emf_sink(settings.emf, node=settings.node_name, series=lambda _cluster: None,
+                          what=f"EMF bridge: {len(settings.targets)} target(s) every "
+                          f"{settings.scrape_interval:g} s")
 
 
 def serve_http(bridge: Bridge, host: str | None, port: int) -> ThreadingHTTPServer:
@@ -214,11 +181,11 @@ def run(settings: BridgeSettings, *, install_signals: bool = True,
     sink, cluster = build_sink(settings)
     bridge = Bridge(settings, sink, cluster)
     server = None
-    if settings.port is not None:
+    if settings.http.port is not None:
         try:
-            server = serve_http(bridge, settings.host, settings.port)
+            server = serve_http(bridge, settings.http.host, settings.http.port)
         except OSError as exc:
-            print(f"podgpu emf: cannot listen on {settings.host or ''}:{settings.port}: "
+            print(f"podgpu emf: cannot listen on {settings.http.host or ''}:{settings.http.port}: "
                   f"{exc.strerror or exc}", file=sys.stderr)
             return 1
     if install_signals:
@@ -238,16 +205,7 @@ def run(settings: BridgeSettings, *, install_signals: bool = True,
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="podgpu emf",
-        description="Scrape Prometheus text endpoints (e.g. dcgm-exporter on this node) and send "
-        "CloudWatch EMF with the CloudWatch agent's declarations, from every node.")
-    add_arguments(parser)
-    args = parser.parse_args(list(argv))
-    try:
-        settings = settings_from(args)
-        logs.configure(debug=settings.debug, fmt=settings.log_format)
-        return run(settings)
-    except ConfigError as exc:
-        print(f"podgpu emf: {exc}", file=sys.stderr)
-        return 2
+    """`podgpu emf [flags]`; errors reach cli.main's one exit-status mapping."""
+    settings = parse_args(argv)
+    logs.configure(debug=settings.log.debug, fmt=settings.log.format)
+    return run(settings)

@@ -11,14 +11,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from podgpu.attribution.attributor import build_attributor
 from podgpu.collect import Collector
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import lookup
 from podgpu.fields.metriclist import MetricList
 from podgpu.model import Allocation, Sample, Snapshot
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from podgpu.sim.scenario import parse_scenario
+from podgpu.sim.scenario import SimulatedAttributor, parse_scenario
 
 SHARING = ("none", "time-slicing", "mig")
 NAMESPACE = "ml"
@@ -96,8 +95,7 @@ class SimNode:
                                          clock=lambda: self.now, scenario=scenario)
         self._backend.open()
         self._collector = Collector(self._backend, metrics.fields,
-                                    attributor=build_attributor(kubernetes=False,
-                                                                scenario=scenario),
+                                    attributor=SimulatedAttributor(scenario),
                                     want_processes=True, clock=lambda: self.now)
 
     def advance(self, seconds: float) -> None:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from podgpu.attribution.attributor import build_attributor
+from podgpu.attribution.enrich import EnrichOptions
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import BY_NAME
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from podgpu.sim.scenario import default_scenario, load_scenario, parse_scenario
+from podgpu.sim.scenario import SimulatedAttributor, default_scenario, load_scenario, parse_scenario
 from tests.conftest import FakeClock
 
 FIELDS = (BY_NAME["DCGM_FI_DEV_GPU_UTIL"], BY_NAME["DCGM_FI_DEV_FB_USED"])
@@ -21,7 +21,7 @@ def test_default_scenario_one_exclusive_two_sharing_one_idle(clock: FakeClock) -
     sc = default_scenario(4)
     backend = SimulatedBackend(4, MODELS["H100"], clock=clock, scenario=sc)
     devs = backend.devices()
-    attributor = build_attributor(kubernetes=False, scenario=sc)
+    attributor = SimulatedAttributor(sc)
     assert attributor is not None
     reading = backend.read(FIELDS, processes=True)
     result = attributor.attribute(devs, reading.processes)
@@ -65,9 +65,8 @@ def test_default_scenario_shrinks_to_small_nodes() -> None:
 def test_options_apply_to_simulated_allocations_and_processes(clock: FakeClock) -> None:
     sc = default_scenario(2)
     backend = SimulatedBackend(2, MODELS["H100"], clock=clock, scenario=sc)
-    plain = build_attributor(kubernetes=False, scenario=sc)
-    full = build_attributor(kubernetes=False, scenario=sc, kubernetes_enable_pod_uid=True,
-                            kubernetes_enable_pod_labels=True)
+    plain = SimulatedAttributor(sc)
+    full = SimulatedAttributor(sc, EnrichOptions(enable_pod_uid=True, enable_pod_labels=True))
     assert plain is not None and full is not None
     procs = backend.read(FIELDS, processes=True).processes
     a, b = plain.attribute(backend.devices(), procs), full.attribute(backend.devices(), procs)

@@ -1,0 +1,174 @@
+"""The per-node agent of `podgpu serve`: `build_agent(settings) -> Agent`, then `run(agent)`.
+
+`build_agent` reads and checks everything that can be wrong in the input (metric list, web
+config, EMF config, scenario) and builds the parts without starting any; `run` opens the backend,
+collects once, serves until SIGTERM/SIGINT and closes everything in reverse order.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from podgpu import __version__, logs
+from podgpu.errors import ConfigError
+from podgpu.serve import (
+    load_metrics,
+    make_attributor,
+    make_backend,
+    make_emf_sink,
+    make_scenario,
+    make_web_security,
+)
+from podgpu.settings import ServeSettings
+
+if TYPE_CHECKING:
+    from podgpu.attribution.base import Attributor
+    from podgpu.backends.base import Backend
+    from podgpu.fields.metriclist import MetricList
+    from podgpu.http.websecurity import WebSecurity
+    from podgpu.sinks.cloudwatch import EmfSink
+    from podgpu.sinks.prometheus.labels import LabelOptions
+
+log = logging.getLogger("podgpu")
+
+
+@dataclass(slots=True)
+class Agent:
+    """The parts of one serve process, built but not started."""
+
+    settings: ServeSettings
+    metrics: MetricList
+    label_opts: LabelOptions
+    backend: Backend
+    attributor: Attributor | None
+    security: WebSecurity | None
+    emf: EmfSink | None
+
+
+def build_agent(settings: ServeSettings) -> Agent:
+    """Every part from its settings; ConfigError (exit 2) for bad input, nothing started."""
+    from podgpu.sinks.prometheus.labels import LabelOptions
+
+    logs.configure(debug=settings.log.debug, fmt=settings.log.format)
+    for w in settings.warnings:
+        log.warning("%s", w)
+    metrics = load_metrics(settings.collect)
+    for w in metrics.warnings:
+        log.warning("%s", w)
+    if not metrics.metrics:  # issue 13: a ConfigMap under the wrong key must not look healthy
+        raise ConfigError(f"{metrics.path}: the metric list has no metric rows (only comments, "
+                          "blank lines or label rows), so no GPU metric would be exported")
+    k = settings.kubernetes
+    label_opts = LabelOptions(
+        hostname=settings.output.hostname,
+        hostname_label=settings.output.hostname_label,
+        replace_blanks_in_model_name=settings.output.replace_blanks_in_model_name,
+        virtual_gpus=k.virtual_gpus,
+        pod_uid=k.pod_uid,
+        pod_labels=k.pod_labels,
+        old_namespace=settings.output.old_namespace,
+    )
+    security = make_web_security(settings)
+    emf = make_emf_sink(settings, metrics, label_opts) if settings.emf is not None else None
+    scenario = make_scenario(settings)
+    return Agent(settings, metrics, label_opts, make_backend(settings, scenario),
+                 make_attributor(k, scenario), security, emf)
+
+
+def run(agent: Agent) -> int:
+    """Open, collect once, serve until stopped; 1 when the collect loop died, else 0."""
+    backend, attributor = agent.backend, agent.attributor
+    backend.open()
+    if attributor is not None:
+        attributor.start()
+    try:
+        return _serve(agent)
+    finally:
+        if attributor is not None:
+            attributor.close()
+        backend.close()
+
+
+def _serve(agent: Agent) -> int:
+    import asyncio
+
+    from podgpu.collect import CollectLoop, Collector
+    from podgpu.http.guard import Limits
+    from podgpu.http.publish import Publisher
+    from podgpu.http.server import make_app, serve_until_stopped
+    from podgpu.reload import MetricListSwitch, install_sighup
+    from podgpu.sinks.live import LiveRenderer, ViewOptions
+    from podgpu.sinks.prometheus import RenderOptions, render
+
+    settings, backend, emf, security = agent.settings, agent.backend, agent.emf, agent.security
+    interval = settings.collect.interval
+    devices = backend.devices()
+    info = backend.info()
+    if settings.simulation is not None:
+        log.warning("SIMULATED GPU node: %d x %s; these values are not from real GPUs",
+                    len(devices), devices[0].model if devices else "?")
+    else:
+        log.info("NVML: %d device(s), driver %s", len(devices), info.get("driver_version"))
+    unavailable = backend.unavailable_fields()
+    gone = sorted(n for n in unavailable if n in {r.name for r in agent.metrics.metrics})
+    if gone:
+        log.warning("these listed fields are unavailable on this node and will be absent: %s "
+                    "(%s)", ", ".join(gone), unavailable[gone[0]])
+    build = (("version", __version__), ("backend", backend.name),
+             ("driver_version", info.get("driver_version", "")),
+             ("python_version", sys.version.split()[0]))
+    lists = MetricListSwitch(agent.metrics, (lambda: load_metrics(settings.collect))
+                             if settings.collect.collectors is not None else None)
+
+    def render_snapshot(snapshot, timings):  # type: ignore[no-untyped-def]
+        body = render(snapshot, lists.current, RenderOptions(agent.label_opts, build, timings))
+        return body + emf.render_metrics().encode() if emf is not None else body
+
+    publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
+        node=settings.output.hostname, backend=backend.name, version=__version__,
+        interval_seconds=interval)))  # the page and /api/v1/snapshot
+
+    def on_snapshot(snapshot: Any, seconds: float) -> None:
+        if emf is not None:
+            emf.offer(snapshot)  # appends to the open window; sending is on its own thread
+        publisher.publish(snapshot, seconds)
+        lists.apply(collector)  # a list reloaded on SIGHUP takes over between cycles
+
+    collector = Collector(backend, agent.metrics.fields, attributor=agent.attributor,
+                          want_processes=agent.attributor is not None)
+    loop = CollectLoop(collector, interval, on_snapshot, on_death=_stop_serving)
+    if emf is not None:
+        emf.start()
+    loop.run_once()  # the first /metrics is valid as soon as the port accepts
+    loop.start()
+    sinks: dict[str, Callable[[], dict[str, Any]]] = {}
+    if emf is not None:
+        sinks["emf"] = emf.health
+    if security is not None:
+        sinks["web_config"] = security.health
+    app = make_app(publisher, interval=interval, backend=backend.name, sinks=sinks or None)
+    if security is not None:
+        security.install(app)  # every route: basic auth, headers, SANs, rate limit
+    install_sighup(app, lists.request, *([security.request_reload] if security else []))
+    try:
+        limits = Limits(max_connections=settings.http.max_connections,
+                        request_timeout=settings.http.request_timeout)
+        assert settings.http.port is not None
+        asyncio.run(serve_until_stopped(
+            app, settings.http.host, settings.http.port, limits=limits,
+            ssl_context=security.ssl_context if security is not None else None))
+    finally:
+        loop.stop()
+        if emf is not None:
+            emf.stop()
+    return 1 if loop.died is not None else 0
+
+
+def _stop_serving(_exc: BaseException) -> None:
+    """The collect loop died: stop the server as SIGTERM would, and exit 1 (issue 13)."""
+    signal.raise_signal(signal.SIGTERM)

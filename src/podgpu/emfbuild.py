@@ -1,0 +1,67 @@
+"""The one EMF sink builder, used by `podgpu serve` and `podgpu emf` (issue 16 item 2).
+
+From `EmfSettings` (podgpu.settings) to a running-ready `EmfSink`: the agent config read and
+checked, the log group and stream named as the CloudWatch agent names them, the encoder, the
+destination, the bounded queue. ConfigError on bad input, before anything starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from podgpu.errors import ConfigError
+from podgpu.settings import EmfSettings
+
+if TYPE_CHECKING:
+    from podgpu.sinks.cloudwatch import EmfSink
+    from podgpu.sinks.cloudwatch.series import SeriesBuilder
+
+log = logging.getLogger("podgpu")
+
+
+def log_group_for(template: str, cluster: str, node: str) -> str:
+    """The agent's default group names the cluster; so must the user when it is a template."""
+    if "{ClusterName}" in template and not cluster:
+        raise ConfigError(
+            f"the log group {template!r} needs a cluster name: pass --cluster-name NAME (or set "
+            "cluster_name in the agent config, or --emf-log-group)")
+    return template.replace("{ClusterName}", cluster).replace("{NodeName}", node)
+
+
+def build_emf_sink(settings: EmfSettings, *, node: str,
+                   series: Callable[[str], SeriesBuilder | None], what: str
+                   ) -> tuple[EmfSink, str]:
+    """The sink and the cluster name it uses. `series(cluster)` builds serve's SeriesBuilder
+    (None for the bridge, which offers series itself); `what` opens the start-up log line."""
+    from podgpu.sinks.cloudwatch import EmfSink, load_emf_config
+    from podgpu.sinks.cloudwatch.declarations import DEFAULT_LOG_GROUP
+    from podgpu.sinks.cloudwatch.destinations import make_destination, parse_target
+    from podgpu.sinks.cloudwatch.encode import Encoder
+    from podgpu.sinks.cloudwatch.queue import EventQueue
+
+    config = load_emf_config(settings.config)
+    for w in config.warnings:
+        log.warning("%s", w)
+    target = parse_target(settings.destination)
+    cluster = settings.cluster_name or config.cluster_name
+    template = settings.log_group or config.log_group_name or DEFAULT_LOG_GROUP
+    if target.kind == "stdout" and not cluster:  # stdout names no group
+        template = template.replace("{ClusterName}", "")
+    group = log_group_for(template, cluster, node)
+    if not cluster and any("ClusterName" in s for d in config.declarations for s in d.dimensions):
+        log.warning("EMF: no cluster name (--cluster-name): dimension sets naming ClusterName "
+                    "are dropped unless the series carry ClusterName")
+    stream = settings.log_stream or node
+    route = (group, stream) if target.kind in ("tcp", "udp") else None
+    encoder = Encoder(config, storage_resolution=settings.storage_resolution,
+                      keep_unmatched=settings.keep_unmatched, route=route)
+    destination = make_destination(target, log_group=group, log_stream=stream,
+                                   region=settings.region, endpoint_url=settings.endpoint_url,
+                                   create_log_group=settings.create_log_group)
+    queue = EventQueue(settings.queue_bytes, settings.spool_dir)
+    log.info("%s: %s every %g s to %s (log group %s, stream %s), namespace %s", what,
+             config.path, settings.interval, target, group, stream, config.namespace)
+    return EmfSink(series(cluster), encoder, queue, destination,
+                   interval=settings.interval), cluster

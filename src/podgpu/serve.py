@@ -1,0 +1,140 @@
+"""`podgpu serve`: build the agent's parts from `ServeSettings` and run it.
+
+The parts (metric list, backend, attributor, web security, EMF sink) are made here from their
+own settings objects, each validated before anything starts (exit 2 on bad input).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from podgpu.errors import BackendError
+from podgpu.settings import CollectSettings, KubernetesSettings, ServeSettings
+
+if TYPE_CHECKING:
+    from podgpu.attribution.base import Attributor
+    from podgpu.backends.base import Backend
+    from podgpu.fields.metriclist import MetricList
+    from podgpu.http.websecurity import WebSecurity
+    from podgpu.sim.scenario import Scenario
+    from podgpu.sinks.cloudwatch import EmfSink
+    from podgpu.sinks.prometheus.labels import LabelOptions
+
+log = logging.getLogger("podgpu")
+
+
+def main(argv: Sequence[str]) -> int:
+    """`podgpu serve [flags]` (also `podgpu [flags]`): parse, then run until stopped."""
+    from podgpu.agent import build_agent, run
+    from podgpu.config import OPTIONS, serve_parser, settings_from
+    from podgpu.options import go_flags
+
+    settings = settings_from(serve_parser().parse_args(go_flags(list(argv), OPTIONS)))
+    return run(build_agent(settings))
+
+
+def load_metrics(collect: CollectSettings, kube_configuration: Any = None) -> MetricList:
+    """-m (a ConfigMap through the Kubernetes API) wins over -f, as in dcgm-exporter; else -f;
+    else the embedded default. `kube_configuration` is for tests (None: in-cluster)."""
+    from podgpu.fields.metriclist import load_default, load_metric_list, parse_metric_list
+
+    if collect.configmap is not None:
+        from podgpu.attribution.podwatch import read_configmap
+
+        ns, name = collect.configmap
+        text = read_configmap(ns, name, configuration=kube_configuration)
+        return parse_metric_list(text, f"configmap {ns}/{name} (key metrics)")
+    if collect.collectors is None:
+        return load_default()
+    return load_metric_list(collect.collectors)
+
+
+def make_scenario(settings: ServeSettings) -> Scenario | None:
+    """The simulated pods: the built-in scenario unless a file (or 'none') is given."""
+    sim = settings.simulation
+    if sim is None or sim.scenario == "none":
+        return None
+    from podgpu.sim.backend import parse_simulate
+    from podgpu.sim.scenario import default_scenario, load_scenario
+
+    if sim.scenario:
+        return load_scenario(sim.scenario)
+    return default_scenario(parse_simulate(sim.spec)[0])
+
+
+def make_backend(settings: ServeSettings, scenario: Scenario | None = None) -> Backend:
+    """The GPU backend, wrapped in the `-d` selection when one is given (issue 9)."""
+    backend = _make_backend(settings, scenario)
+    if settings.collect.devices.flex:
+        return backend
+    from podgpu.backends.select import SelectedBackend
+
+    return SelectedBackend(backend, settings.collect.devices)
+
+
+def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend:
+    c = settings.collect
+    if settings.simulation is not None:
+        from podgpu.sim.backend import SimulatedBackend, parse_simulate
+
+        count, model = parse_simulate(settings.simulation.spec)
+        on, off = settings.simulation.burn
+        return SimulatedBackend(
+            count, model, on_seconds=on, off_seconds=off, scenario=scenario,
+            xid_window_seconds=c.xid_window_ms / 1000.0,
+            clock_events_window_seconds=c.clock_events_window_ms / 1000.0)
+    try:
+        from podgpu.backends.nvml import NvmlBackend
+    except ImportError as exc:
+        raise BackendError(f"the NVML backend cannot load: {exc}") from None
+    return NvmlBackend(
+        xid_window_seconds=c.xid_window_ms / 1000.0,
+        clock_events_window_seconds=c.clock_events_window_ms / 1000.0,
+        # a hung GPU costs at most this much of a cycle (issue 13): 0.8 interval, 1..10 s
+        read_timeout_seconds=min(10.0, max(1.0, 0.8 * c.interval)),
+    )
+
+
+def make_attributor(kubernetes: KubernetesSettings, scenario: Scenario | None
+                    ) -> Attributor | None:
+    """The kubelet attributor with -k (it wins over a scenario: simulated GPUs, real kubelet),
+    else the simulated one for a scenario, else None."""
+    from podgpu.attribution.attributor import build_attributor
+
+    if kubernetes.enabled or scenario is None:
+        return build_attributor(kubernetes)
+    from podgpu.attribution.attributor import enrich_options
+    from podgpu.sim.scenario import SimulatedAttributor
+
+    return SimulatedAttributor(scenario, enrich_options(kubernetes))
+
+
+def make_web_security(settings: ServeSettings) -> WebSecurity | None:
+    """The --web-config-file, read and checked now with every certificate it names, so a bad
+    file is exit 2 before anything starts; None without one."""
+    if not settings.http.web_config_file:
+        return None
+    from podgpu.http.websecurity import WebSecurity
+
+    return WebSecurity(settings.http.web_config_file)
+
+
+def make_emf_sink(settings: ServeSettings, metrics: MetricList, label_opts: LabelOptions
+                  ) -> EmfSink:
+    """serve's EMF sink: the one builder (podgpu.emfbuild) with podgpu's own series."""
+    from podgpu.emfbuild import build_emf_sink
+    from podgpu.sinks.cloudwatch.series import SeriesBuilder, SeriesOptions
+
+    emf = settings.emf
+    assert emf is not None
+    host = settings.output.hostname
+
+    def series(cluster: str) -> SeriesBuilder:
+        opts = SeriesOptions(labels=label_opts, job=emf.job,
+                             instance=f"{host}:{settings.http.port}", cluster_name=cluster,
+                             node_name=host, extra=emf.labels)
+        return SeriesBuilder(metrics, opts)
+
+    return build_emf_sink(emf, node=host, series=series, what="EMF")[0]

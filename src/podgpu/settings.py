@@ -1,0 +1,182 @@
+"""Frozen per-component settings, validated once at start and passed whole (issue 16 item 1).
+
+Each component gets its own object (collect, Kubernetes, HTTP, EMF, simulation, output labels,
+logging) instead of one flat bag of ~50 fields, so `build_attributor(settings.kubernetes)` needs
+nothing else and a component cannot read a setting it does not own. Built from flags, the
+environment and defaults by the option tables (config.py for `serve`, bridge/options.py for
+`emf`); nothing here reads the environment.
+
+Units: dcgm-exporter's flags keep its milliseconds (`-c`, `-x`, the count windows: fields named
+`_ms`); podgpu's own flags are in seconds (every other duration). `plan --collect-interval` is
+`serve -c`'s flag and so in milliseconds too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from podgpu.model.selection import DeviceSelection
+
+DEFAULT_COLLECT_INTERVAL_MS = 1000  # measured: bench/RESULTS.md "Choosing the default interval"
+DEFAULT_WINDOW_MS = 300_000
+DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_HTTP_MAX_CONNECTIONS = 2048  # http/guard.py; bench/RESULTS.md "HTTP load"
+DEFAULT_HTTP_REQUEST_TIMEOUT = 15.0
+DEFAULT_EMF_INTERVAL = 60.0
+DEFAULT_EMF_QUEUE_BYTES = 8 * 1024 * 1024  # >= 2 h of an 8-GPU node: bench/RESULTS.md "EMF"
+
+
+@dataclass(frozen=True, slots=True)
+class CollectSettings:
+    """What is read from the GPUs and how often (milliseconds, as dcgm-exporter's flags)."""
+
+    interval_ms: int = DEFAULT_COLLECT_INTERVAL_MS
+    collectors: str | None = None
+    """-f: a metric list file; None: the default list."""
+    configmap: tuple[str, str] | None = None
+    """-m: (namespace, name) of a ConfigMap whose `metrics` key holds the list; wins over -f."""
+    devices: DeviceSelection = field(default_factory=DeviceSelection)
+    """-d: which GPUs / MIG GPU instances get series (model/selection.py)."""
+    xid_window_ms: int = DEFAULT_WINDOW_MS
+    clock_events_window_ms: int = DEFAULT_WINDOW_MS
+
+    @property
+    def interval(self) -> float:
+        """The collect interval in seconds."""
+        return self.interval_ms / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    """Pod attribution (-k and its companions); `poll_interval` (s) follows the collect interval."""
+
+    enabled: bool = False
+    kubelet_socket: str = DEFAULT_KUBELET_SOCKET
+    gpu_id_type: str = "uid"
+    """uid (NVIDIA device plugin) or device-name (GKE); validated by the option table."""
+    resource_names: tuple[str, ...] = ()
+    """Extra extended-resource names that are NVIDIA GPUs."""
+    virtual_gpus: bool = False
+    pod_uid: bool = False
+    pod_labels: bool = False
+    label_allowlist: tuple[str, ...] = ()
+    """RE2 patterns of pod label keys to copy; empty copies every label."""
+    proc_root: str = "/proc"
+    dra: bool = False
+    node_name: str = ""
+    """NODE_NAME ('' when unset): scopes the pod watch to this node."""
+    poll_interval: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """The listener of /metrics, /health and the live view (seconds)."""
+
+    host: str | None = None
+    """None: every interface."""
+    port: int | None = 9400
+    """None: no listener (`podgpu emf --address off`)."""
+    max_connections: int = DEFAULT_HTTP_MAX_CONNECTIONS
+    request_timeout: float = DEFAULT_HTTP_REQUEST_TIMEOUT
+    web_config_file: str | None = None
+    """exporter-toolkit web config (TLS, client certificates, basic auth): docs/web-config.md."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmfSettings:
+    """The CloudWatch EMF sink, the same for `serve` and `emf` (docs/cloudwatch.md; seconds)."""
+
+    config: str
+    """--cloudwatch-config: the CloudWatch agent config holding the metric declarations."""
+    destination: str = "cloudwatch"
+    cluster_name: str = ""
+    region: str | None = None
+    endpoint_url: str | None = None
+    log_group: str | None = None
+    log_stream: str | None = None
+    create_log_group: bool = True
+    interval: float = DEFAULT_EMF_INTERVAL
+    storage_resolution: int = 60
+    queue_bytes: int = DEFAULT_EMF_QUEUE_BYTES
+    spool_dir: str | None = None
+    keep_unmatched: bool = False
+    labels: tuple[tuple[str, str], ...] = ()
+    """--emf-label: extra KEY=VALUE on every series."""
+    job: str = "podgpu"
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationSettings:
+    """--simulate: a GPU node without a GPU (podgpu.sim)."""
+
+    spec: str
+    """N or NxMODEL."""
+    scenario: str | None = None
+    """A scenario file, 'none', or None for the built-in scenario."""
+    burn: tuple[float, float] = (20.0, 20.0)
+    """Busy and idle seconds of the gpu-burn pattern."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSettings:
+    """How series are labelled (dcgm-exporter's label flags)."""
+
+    hostname: str = ""
+    hostname_label: str = "Hostname"
+    replace_blanks_in_model_name: bool = False
+    old_namespace: bool = False
+    """-o: dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    debug: bool = False
+    format: str = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """Everything `podgpu serve` needs, one object per component; `emf` and `simulation` are None
+    when off. `warnings` (ignored dcgm-exporter flags, clamped values) are logged at start."""
+
+    collect: CollectSettings = field(default_factory=CollectSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
+    output: OutputSettings = field(default_factory=OutputSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    emf: EmfSettings | None = None
+    simulation: SimulationSettings | None = None
+    warnings: tuple[str, ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        """The flat names of the settings object before issue 16 (`settings.kubernetes_virtual_gpus`),
+        for code written against them while the tree moves; new code uses the components."""
+        path = _FLAT.get(name)
+        if path is None:
+            raise AttributeError(name)
+        part, _, attr = path.partition(".")
+        return getattr(object.__getattribute__(self, part), attr)
+
+
+_FLAT = {
+    "collectors": "collect.collectors", "collect_interval_ms": "collect.interval_ms",
+    "collect_interval": "collect.interval", "devices": "collect.devices",
+    "configmap_data": "collect.configmap", "xid_count_window_ms": "collect.xid_window_ms",
+    "clock_events_count_window_ms": "collect.clock_events_window_ms",
+    "pod_resources_kubelet_socket": "kubernetes.kubelet_socket",
+    "kubernetes_gpu_id_type": "kubernetes.gpu_id_type",
+    "nvidia_resource_names": "kubernetes.resource_names",
+    "kubernetes_virtual_gpus": "kubernetes.virtual_gpus",
+    "kubernetes_enable_pod_uid": "kubernetes.pod_uid",
+    "kubernetes_enable_pod_labels": "kubernetes.pod_labels",
+    "kubernetes_pod_label_allowlist_regex": "kubernetes.label_allowlist",
+    "proc_root": "kubernetes.proc_root", "kubernetes_enable_dra": "kubernetes.dra",
+    "node_name": "kubernetes.node_name", "host": "http.host", "port": "http.port",
+    "http_max_connections": "http.max_connections",
+    "http_request_timeout": "http.request_timeout", "web_config_file": "http.web_config_file",
+    "hostname": "output.hostname", "hostname_label": "output.hostname_label",
+    "replace_blanks_in_model_name": "output.replace_blanks_in_model_name",
+    "use_old_namespace": "output.old_namespace", "debug": "log.debug",
+    "log_format": "log.format",
+}
