@@ -10,17 +10,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from podgpu.model import Snapshot
 from podgpu.sinks.cloudwatch.destinations import Destination
 from podgpu.sinks.cloudwatch.encode import Encoder
-from podgpu.sinks.cloudwatch.queue import EventQueue
+from podgpu.sinks.cloudwatch.queue import EventQueue, Handoff
 from podgpu.sinks.cloudwatch.sender import EmfStats, Sender
 from podgpu.sinks.cloudwatch.series import Item, LabelKey, SeriesBuilder
-from podgpu.sinks.cloudwatch.window import ClosedWindow, WindowAccumulator
+from podgpu.sinks.cloudwatch.window import WindowAccumulator
 from podgpu.sinks.prometheus.text import family_header, format_seconds
 
 log = logging.getLogger(__name__)
@@ -45,8 +44,9 @@ class EmfSink:
         self._queue = queue
         self._dest = destination
         self._acc = WindowAccumulator(interval, encoder.wanted)
-        self._sender = sender or Sender(destination, queue, clock=clock)
-        self._handoff: deque[ClosedWindow] = deque()
+        self._sender = sender or Sender(destination, queue, clock=clock, interval=interval)
+        self._handoff = Handoff(queue)  # bounded: a stuck send cannot pile windows up
+        self._drain_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="podgpu-emf", daemon=True)
@@ -83,13 +83,12 @@ class EmfSink:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(grace + 1.0)
+            if self._thread.is_alive():  # held by a send until its deadline: queue the rest here
+                self._drain()
         else:
             self._drain()
             self._final_pump(grace)
-        left = len(self._queue)
-        if left:
-            log.warning("EMF: %d event(s) unsent at shutdown%s", left,
-                        " (kept in the spool directory)" if self._queue.spool_dir else "")
+        self._sender.finish(spooled=self._queue.spool_dir is not None)  # spooled or counted
         self._dest.close()
 
     def abort(self) -> None:
@@ -133,15 +132,16 @@ class EmfSink:
             time.sleep(min(max(wait, 0.01), left))
 
     def _drain(self) -> None:
-        while self._handoff:
-            window = self._handoff.popleft()
-            t0 = time.perf_counter()
-            events = self._encoder.encode(window)
-            self._encode_seconds = time.perf_counter() - t0
-            dropped = self._queue.put(window.timestamp_ms, events)
-            if dropped:
-                log.warning("EMF: queue over --emf-queue-bytes; dropped the %d oldest event(s)",
-                            dropped)
+        with self._drain_lock:
+            while self._handoff:
+                window = self._handoff.popleft()
+                t0 = time.perf_counter()
+                events = self._encoder.encode(window)
+                self._encode_seconds = time.perf_counter() - t0
+                dropped = self._queue.put(window.timestamp_ms, events)
+                if dropped:
+                    log.warning("EMF: queue over --emf-queue-bytes; dropped the %d oldest "
+                                "event(s)", dropped)
 
     # --- observability -----------------------------------------------------------------------
 
@@ -149,14 +149,9 @@ class EmfSink:
         return self._sender.stats()
 
     def health(self) -> dict[str, Any]:
-        """The `emf` entry of /health: it never makes /health fail (GPU metrics are fine)."""
-        s = self.stats()
-        body: dict[str, Any] = {"destination": s.destination,
-                                "status": f"failing: {s.failing}" if s.failing else "ok",
-                                "queued_events": s.queue_events}
-        if s.last_success is not None:
-            body["last_success_age_seconds"] = round(max(0.0, time.time() - s.last_success), 1)
-        return body
+        """The `emf` entry of /health (`ok`, `failing: …`, `stalled: …`; Sender.health): it never
+        makes /health fail (GPU metrics are fine)."""
+        return self._sender.health()
 
     def render_metrics(self) -> str:
         return render_emf_metrics(self.stats(), self._encode_seconds, self._encoder.too_large)
