@@ -95,10 +95,13 @@ class ChurnNode:
     `miss` of the cycles dropped (an overrun) and each time jittered by up to `jitter`."""
 
     def __init__(self, gpus: list[Gpu], pods: list[Pod], *, interval: float = 1.0,
-                 miss: float = 0.03, jitter: float = 0.05, seed: int = 7) -> None:
+                 miss: float = 0.03, jitter: float = 0.05, seed: int = 7,
+                 epoch: float = 1_800_000_000.0) -> None:
         self.gpus = {g.index: g for g in gpus}
         self.pods = pods
         self.interval, self.miss, self.jitter = interval, miss, jitter
+        self.epoch = epoch
+        """Unix time of simulated time 0."""
         self.rng = random.Random(seed)
         self.energy_mj = {g.index: 1_000_000_000.0 * (g.index + 1) for g in gpus}
         self.devices = {g.index: device(g.index) for g in gpus}
@@ -114,7 +117,7 @@ class ChurnNode:
         return self.instances[p.gpu][p.slot] if g.kind == "mig" else self.devices[p.gpu]
 
     def power(self, g: Gpu, active: list[Pod]) -> float:
-        return IDLE_W + (BUSY_W - IDLE_W) * min(1.0, sum(used_rate(g, p) for p in active))
+        return IDLE_W + (BUSY_W - IDLE_W) * min(1.0, sum(used_rate(g, p, active) for p in active))
 
     def snapshots(self, hours: float) -> Iterator[Snapshot]:
         t_prev = 0.0
@@ -139,7 +142,7 @@ class ChurnNode:
             active = [p for p in self.by_gpu[gi] if p.start < t <= p.end]
             self.energy_mj[gi] += self.power(g, active) * dt * 1000.0
             dev = self.devices[gi]
-            total_util = min(1.0, sum(used_rate(g, p) for p in active))
+            total_util = min(1.0, sum(used_rate(g, p, active) for p in active))
             values: dict[str, int | float] = {
                 "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": int(self.energy_mj[gi]),
                 "DCGM_FI_DEV_POWER_USAGE": self.power(g, active),
@@ -159,20 +162,24 @@ class ChurnNode:
                 replica = p.slot if g.kind == "shared" else None
                 did = d.key if replica is None else f"{d.key}::{replica}"
                 allocs.append(Allocation(d.key, _ref(p), "nvidia.com/gpu", did, replica))
-                procs.append(GpuProcess(d.key, pid, p.memory_bytes,
-                                        None if g.kind == "mig" else 100.0 * p.util, _ref(p)))
+                procs.append(GpuProcess(d.key, pid, p.memory_bytes, None if g.kind == "mig"
+                                        else 100.0 * used_rate(g, p, active), _ref(p)))
                 pid += 1
         alloc_tuple = tuple(allocs)
         if alloc_tuple == self._last_allocs:  # the attributor hands back the same tuple then
             alloc_tuple = self._last_allocs
         self._last_allocs = alloc_tuple
-        return Snapshot(taken_at=1_800_000_000.0 + t, samples=tuple(samples),
+        return Snapshot(taken_at=self.epoch + t, samples=tuple(samples),
                         allocations=alloc_tuple, processes=tuple(procs))
 
 
-def used_rate(g: Gpu, p: Pod) -> float:
-    """The fraction of the physical GPU pod `p` keeps busy."""
-    return p.util * g.profiles[p.slot] / SLICES if g.kind == "mig" else p.util
+def used_rate(g: Gpu, p: Pod, active: list[Pod]) -> float:
+    """The fraction of the physical GPU pod `p` keeps busy while `active` run. Time-slicing
+    cannot give out more than the whole GPU: when the pods on one GPU want more than 100 %
+    together, each gets its part of it (NVML's per-process figures add up to at most 100 %)."""
+    if g.kind == "mig":
+        return p.util * g.profiles[p.slot] / SLICES
+    return p.util / max(1.0, sum(q.util for q in active))
 
 
 @dataclass
@@ -194,11 +201,12 @@ def expected(gpus: list[Gpu], pods: list[Pod]) -> tuple[dict[str, Totals], dict[
             mid = (a + b) / 2
             active = [p for p in mine if p.start < mid <= p.end]
             dt = b - a
-            watts = IDLE_W + (BUSY_W - IDLE_W) * min(1.0, sum(used_rate(g, p) for p in active))
+            watts = IDLE_W + (BUSY_W - IDLE_W) * min(1.0, sum(used_rate(g, p, active)
+                                                              for p in active))
             if not active:
                 unheld[g.index] += watts * dt
                 continue
-            used = {p.name: used_rate(g, p) for p in active}
+            used = {p.name: used_rate(g, p, active) for p in active}
             alloc = {p.name: (g.profiles[p.slot] / SLICES if g.kind == "mig" else 1 / len(active))
                      for p in active}
             total_used = sum(used.values())

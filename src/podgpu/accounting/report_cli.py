@@ -1,0 +1,247 @@
+"""`podgpu report`: GPU-hours, efficiency, kWh and cost per namespace and pod, from a Prometheus.
+
+    podgpu report --prometheus http://prometheus:9090 --last 30d --price-gpu-hour 2.5 --price-kwh 0.15
+
+Asks Prometheus (`/api/v1/query_range`) for podgpu's accounting counters over the range, in
+chunks of at most a day (a progress line on stderr when there is more than one), and adds up each
+series' increase (docs/accounting.md). Exit status 2 for bad flags, 1 when Prometheus cannot be
+asked or answers with an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import re
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from podgpu.accounting.report import (
+    FORMATS,
+    METRICS,
+    CounterIncrease,
+    Prices,
+    Report,
+    Row,
+    add_series,
+)
+from podgpu.errors import ConfigError, PodgpuError
+
+CHUNK_SECONDS = 86_400.0
+MAX_POINTS = 11_000
+"""Prometheus refuses query_range answers of more than 11,000 points per series."""
+MAX_BODY_BYTES = 512 << 20
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|w)$")
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_MATCHERS = re.compile(r'^\s*([a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*,?\s*)*$')
+
+
+class PrometheusError(PodgpuError):
+    """Prometheus could not be reached or answered with an error (exit status 1)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--prometheus", required=True, metavar="URL",
+                   help="base URL of the Prometheus (or compatible) HTTP API, e.g. "
+                   "http://prometheus:9090")
+    p.add_argument("--start", help="start: RFC 3339 (2026-12-01T00:00:00Z), Unix seconds, or "
+                   "now-DURATION (default: END minus --last)")
+    p.add_argument("--end", default="now", help="end, same forms as --start (default: now)")
+    p.add_argument("--last", default="1d", help="the range when --start is not given, e.g. 24h, "
+                   "7d (default: 1d)")
+    p.add_argument("--step", default="60s", help="resolution of the samples asked for "
+                   "(default 60s; the counters are exact at any step)")
+    p.add_argument("--selector", default="", help='extra label matchers, e.g. '
+                   '\'Hostname=~"gpu-.*",namespace!="kube-system"\'')
+    p.add_argument("--price-gpu-hour", type=float, default=0.0, metavar="PRICE",
+                   help="price of one allocated GPU-hour (default 0)")
+    p.add_argument("--price-kwh", type=float, default=0.0, metavar="PRICE",
+                   help="price of one kWh of GPU energy (default 0)")
+    p.add_argument("--format", choices=tuple(FORMATS), default="table")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+
+
+def parse_duration(text: str, flag: str) -> float:
+    m = _DURATION.match(text.strip())
+    if m is None or float(m.group(1)) <= 0:
+        raise ConfigError(f"{flag} {text!r}: expected a positive duration like 90s, 15m, 24h, 7d")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_time(text: str, flag: str, now: float) -> float:
+    """RFC 3339, Unix seconds, `now` or `now-DURATION` -> Unix seconds."""
+    t = text.strip()
+    if t == "now":
+        return now
+    if t.startswith("now-"):
+        return now - parse_duration(t[4:], flag)
+    try:
+        value = float(t)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{flag} {text!r}: not a valid Unix time")
+        return value
+    try:
+        stamp = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: expected RFC 3339 (2026-12-01T00:00:00Z), Unix "
+                          "seconds, now or now-DURATION") from None
+    if stamp.tzinfo is None:
+        raise ConfigError(f"{flag} {text!r}: give a time zone (Z or +HH:MM)")
+    return stamp.timestamp()
+
+
+def check_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"--prometheus {url!r}: expected an http:// or https:// URL with a host, "
+                          "e.g. http://prometheus:9090")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"--prometheus {url!r}: give the base URL without ?query or #fragment")
+    return url.rstrip("/")
+
+
+class Client:
+    """query_range against one Prometheus, errors translated to PrometheusError."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        self.url, self.timeout = url, timeout
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Any]:
+        body = urllib.parse.urlencode({"query": expr, "start": repr(start), "end": repr(end),
+                                       "step": repr(step)}).encode()
+        req = urllib.request.Request(f"{self.url}/api/v1/query_range", data=body, method="POST",
+                                     headers={"Content-Type": "application/x-www-form-urlencoded",
+                                              "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read(MAX_BODY_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            raise PrometheusError(f"{self.url}: HTTP {exc.code} for query_range: "
+                                  f"{_prom_error(exc.read(4096))}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            why = getattr(exc, "reason", exc)
+            raise PrometheusError(f"cannot reach Prometheus at {self.url}: {why}") from None
+        if len(raw) > MAX_BODY_BYTES:
+            raise PrometheusError(f"{self.url}: answer larger than {MAX_BODY_BYTES >> 20} MiB; "
+                                  "use a coarser --step or a --selector")
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            raise PrometheusError(f"{self.url}: the answer to /api/v1/query_range is not JSON; "
+                                  "is this a Prometheus?") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            raise PrometheusError(f"{self.url}: query failed: {_prom_error(raw)}")
+        data = doc.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "matrix" \
+                or not isinstance(data.get("result"), list):
+            raise PrometheusError(f"{self.url}: unexpected answer shape (no matrix result)")
+        result: list[Any] = data["result"]
+        return result
+
+
+def _prom_error(raw: bytes) -> str:
+    try:
+        doc = json.loads(raw)
+        return f"{doc.get('errorType', 'error')}: {doc.get('error', '?')}"
+    except (ValueError, AttributeError):
+        return raw.decode("utf-8", "replace")[:200] or "(empty answer)"
+
+
+def build_report(client: Client, start: float, end: float, step: float, selector: str,
+                 prices: Prices, progress: Callable[[int, int], None]) -> Report:
+    """Every accounting counter over [start, end], chunk by chunk, summed per pod."""
+    chunk = min(CHUNK_SECONDS, step * (MAX_POINTS - 1))
+    bounds: list[tuple[float, float]] = []
+    t = start
+    while t < end:
+        bounds.append((t, min(end, t + chunk)))
+        t += chunk
+    series: dict[tuple[str, tuple[tuple[str, str], ...]], CounterIncrease] = {}
+    done, total = 0, len(bounds) * len(METRICS)
+    for metric in METRICS:
+        expr = f"{metric}{{{selector}}}" if selector else metric
+        for i, (a, b) in enumerate(bounds):
+            # each chunk after the first starts one step later: its first point is the previous
+            # chunk's last
+            first = a if i == 0 else a + step
+            if first > b:
+                continue
+            for item in client.query_range(expr, first, b, step):
+                labels = {k: v for k, v in item.get("metric", {}).items() if k != "__name__"}
+                key = (metric, tuple(sorted(labels.items())))
+                values = item.get("values") or []
+                inc = series.get(key)
+                if inc is None:
+                    # present at the range's first instant: the baseline; later: born inside
+                    born = not values or float(values[0][0]) > start + step / 2
+                    inc = series[key] = CounterIncrease(born_inside=born)
+                inc.feed(float(v) for _, v in values)
+            done += 1
+            progress(done, total)
+    rows: dict[tuple[str, str], Row] = {}
+    for (metric, pairs), inc in series.items():
+        add_series(rows, metric, dict(pairs), inc.increase)
+    return Report(start, end, prices, sorted(rows.values(), key=lambda r: (r.namespace, r.pod)))
+
+
+def _progress(stream: TextIO) -> Callable[[int, int], None]:
+    started = time.monotonic()
+
+    def show(done: int, total: int) -> None:
+        if total <= len(METRICS):  # one chunk per metric: no progress line
+            return
+        end = "\n" if done == total else ("\r" if stream.isatty() else "\n")
+        stream.write(f"podgpu report: {done}/{total} queries "
+                     f"({time.monotonic() - started:.1f} s){end}")
+        stream.flush()
+    return show
+
+
+def main(argv: Sequence[str], *, out: TextIO | None = None, err: TextIO | None = None,
+         now: Callable[[], float] = time.time) -> int:
+    p = argparse.ArgumentParser(prog="podgpu report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
+    add_arguments(p)
+    a = p.parse_args(list(argv))
+    out = out or sys.stdout
+    err = err or sys.stderr
+    url = check_url(a.prometheus)
+    t_now = now()
+    end = parse_time(a.end, "--end", t_now)
+    start = (parse_time(a.start, "--start", t_now) if a.start
+             else end - parse_duration(a.last, "--last"))
+    if start >= end:
+        raise ConfigError(f"the range is empty or backwards: --start {a.start or 'END-' + a.last} "
+                          f"is not before --end {a.end}")
+    step = parse_duration(a.step, "--step")
+    for flag, price in (("--price-gpu-hour", a.price_gpu_hour), ("--price-kwh", a.price_kwh)):
+        if not math.isfinite(price) or price < 0:
+            raise ConfigError(f"{flag} {price}: expected a price >= 0")
+    if a.selector and not _MATCHERS.match(a.selector):
+        raise ConfigError(f"--selector {a.selector!r}: expected label matchers like "
+                          'namespace="ml",Hostname=~"gpu-.*"')
+    if not math.isfinite(a.timeout) or a.timeout <= 0:
+        raise ConfigError(f"--timeout {a.timeout}: expected seconds > 0")
+    report = build_report(Client(url, a.timeout), start, end, step, a.selector.strip().rstrip(","),
+                          Prices(a.price_gpu_hour, a.price_kwh), _progress(err))
+    if not report.rows:
+        err.write(f"podgpu report: no podgpu accounting series in {url} between "
+                  f"{_iso(start)} and {_iso(end)} (is podgpu's /metrics scraped, with "
+                  "accounting on?)\n")
+    out.write(FORMATS[a.format](report))
+    return 0
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,222 @@
+"""`podgpu report` against a real Prometheus holding a simulated day of podgpu's accounting
+counters (issue 21 item 3): the numbers per pod and namespace equal the values computed from the
+schedule in continuous time, across podgpu's restart at noon; long ranges print progress; bad
+input and an unreachable or wrong server are one-line errors with the right exit status."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import io
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podgpu import cli
+from tests.conftest import free_port
+from tests.fakes.churn_node import BUSY_W
+from tests.integration.accounting_day import RESTART_AT, SCRAPE, Day, start_day
+
+pytestmark = pytest.mark.integration
+
+GPU_HOUR, KWH = 2.5, 0.2
+TOL = 0.01
+"""The counters are exact to a cycle (5 s) per pod start and end and at the restart; a pod lives
+at least 30 minutes."""
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Day]:
+    d = start_day(tmp_path_factory.mktemp("day"))
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def report(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["report", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def day_args(d: Day, *more: str) -> list[str]:
+    return ["--prometheus", d.url, "--start", repr(d.start), "--end", repr(d.end),
+            "--price-gpu-hour", str(GPU_HOUR), "--price-kwh", str(KWH), *more]
+
+
+def close(have: float, want: float, absolute: float = 0.002) -> bool:
+    return abs(have - want) <= max(absolute, TOL * abs(want))
+
+
+def across_restart(d: Day) -> set[tuple[str, str]]:
+    """Pods running when podgpu restarted: their counters lose what they gained after the last
+    scrape before the restart (at most a scrape interval; Prometheus' increase() loses it too)."""
+    return {(p.namespace, p.name) for p in d.pods if p.start < RESTART_AT <= p.end}
+
+
+def expected_rows(d: Day) -> dict[tuple[str, str], tuple[float, float, float, float]]:
+    """(namespace, pod) -> GPU-hours, used GPU-hours, kWh, cost, from the schedule alone."""
+    out = {}
+    for p in d.pods:
+        w = d.want[p.name]
+        gh, uh, kwh = w.allocated / 3600, w.used / 3600, w.energy / 3.6e6
+        out[(p.namespace, p.name)] = (gh, uh, kwh, gh * GPU_HOUR + kwh * KWH)
+    return out
+
+
+def test_json_equals_the_schedule_per_pod_and_namespace(day: Day) -> None:
+    code, out, err = report(*day_args(day, "--format", "json"))
+    assert code == 0, err
+    doc = json.loads(out)
+    want = expected_rows(day)
+    restarted = across_restart(day)
+    assert restarted
+    seen = set()
+    for ns in doc["namespaces"]:
+        sums = [0.0, 0.0, 0.0, 0.0]
+        for p in ns["pods"]:
+            key = (ns["namespace"], p["pod"])
+            seen.add(key)
+            gh, uh, kwh, cost = want[key]
+            for i, v in enumerate((gh, uh, kwh, cost)):
+                sums[i] += v
+            if key in restarted:  # at most one scrape interval of one whole GPU lost
+                lost_h, lost_kwh = SCRAPE / 3600, BUSY_W * SCRAPE / 3.6e6
+                assert gh - lost_h <= p["gpu_hours"] <= gh * (1 + TOL), (key, p, gh)
+                assert kwh - lost_kwh <= p["kwh"] <= kwh * (1 + TOL), (key, p, kwh)
+                continue
+            assert close(p["gpu_hours"], gh), (key, p, gh)
+            assert close(p["used_gpu_hours"], uh), (key, p, uh)
+            assert close(p["kwh"], kwh), (key, p, kwh)
+            assert close(p["cost"], cost, 0.01), (key, p, cost)
+        assert close(ns["gpu_hours"], sum(p["gpu_hours"] for p in ns["pods"]), 1e-9)
+        assert close(ns["kwh"], sum(p["kwh"] for p in ns["pods"]), 1e-9)
+        assert close(ns["gpu_hours"], sums[0], 0.02) and close(ns["kwh"], sums[2], 0.02)
+        assert close(ns["efficiency"], sums[1] / sums[0]), ns["namespace"]
+    assert seen == set(want)
+    # every pod on the node over the day: allocated GPU-hours of four GPUs, some idle time
+    total = sum(v[0] for v in want.values())
+    assert close(doc["total"]["gpu_hours"], total) and 40 < total < 96
+
+
+def _numbers(line: str) -> list[float]:
+    out = []
+    for cell in line.split()[2:] if not line.startswith("TOTAL") else line.split()[1:]:
+        out.append(-1.0 if cell == "-" else float(cell.rstrip("%")))
+    return out
+
+
+def test_table_prints_every_pod_with_namespace_totals(day: Day) -> None:
+    code, out, err = report(*day_args(day))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAMESPACE", "POD", "GPU-HOURS", "USED", "GPU-HOURS",
+                                "EFFICIENCY", "KWH", "COST"]
+    want = expected_rows(day)
+    by_ns: dict[str, list[tuple[float, float, float, float]]] = {}
+    for (ns, _), v in sorted(want.items()):
+        by_ns.setdefault(ns, []).append(v)
+    rows = [line for line in lines[1:] if "(total)" not in line and not line.startswith("TOTAL")]
+    assert [tuple(r.split()[:2]) for r in rows] == sorted(want)  # sorted by namespace, pod
+    restarted = across_restart(day)
+    for r in rows:
+        if tuple(r.split()[:2]) in restarted:
+            continue  # checked with their allowance in the JSON test
+        gh, uh, eff, kwh, cost = _numbers(r)
+        w = want[tuple(r.split()[:2])]  # type: ignore[index]
+        assert close(gh, w[0], 0.0015) and close(uh, w[1], 0.0015) and close(kwh, w[2], 0.0015)
+        assert close(cost, w[3], 0.011)
+        assert eff == -1.0 or close(eff, 100 * w[1] / w[0], 0.06)
+    totals = [line for line in lines if "(total)" in line]
+    assert [t.split()[0] for t in totals] == sorted(by_ns)
+    for t in totals:
+        ns = t.split()[0]
+        gh, uh, _, kwh, cost = _numbers(t)
+        assert close(gh, sum(v[0] for v in by_ns[ns]), 0.02)
+        assert close(kwh, sum(v[2] for v in by_ns[ns]), 0.02)
+        assert close(cost, sum(v[3] for v in by_ns[ns]), 0.05)
+    assert lines[-1].startswith("TOTAL")
+    assert close(_numbers(lines[-1])[0], sum(v[0] for v in want.values()), 0.05)
+    assert err == ""  # one chunk per counter: no progress line
+
+
+def test_csv_one_line_per_pod(day: Day) -> None:
+    code, out, _ = report(*day_args(day, "--format", "csv"))
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == "namespace,pod,gpu_hours,used_gpu_hours,efficiency,kwh,cost"
+    assert len(lines) == 1 + len(day.pods)
+
+
+def test_a_long_range_prints_progress_and_the_same_totals(day: Day) -> None:
+    one = json.loads(report(*day_args(day, "--format", "json"))[1])
+    code, out, err = report("--prometheus", day.url, "--start", repr(day.start - 86400),
+                            "--end", repr(day.end + 86400), "--format", "json",
+                            "--price-gpu-hour", str(GPU_HOUR), "--price-kwh", str(KWH))
+    assert code == 0
+    assert "podgpu report: 9/9 queries" in err  # 3 days x 3 counters, one day per query
+    three = json.loads(out)
+    assert close(three["total"]["gpu_hours"], one["total"]["gpu_hours"], 1e-6)
+    assert close(three["total"]["kwh"], one["total"]["kwh"], 1e-6)
+
+
+def test_a_selector_narrows_to_a_namespace(day: Day) -> None:
+    code, out, _ = report(*day_args(day, "--format", "json", "--selector", 'namespace="ml"'))
+    doc = json.loads(out)
+    assert code == 0 and [ns["namespace"] for ns in doc["namespaces"]] == ["ml"]
+
+
+@pytest.mark.parametrize(("args", "code", "text"), [
+    (["--prometheus", "prometheus:9090"], 2, "expected an http:// or https:// URL"),
+    (["--prometheus", "http://x", "--start", "2026-12-02T00:00:00Z", "--end",
+      "2026-12-01T00:00:00Z"], 2, "the range is empty or backwards"),
+    (["--prometheus", "http://x", "--start", "yesterday"], 2, "--start 'yesterday': expected"),
+    (["--prometheus", "http://x", "--start", "2026-12-01T00:00:00"], 2, "give a time zone"),
+    (["--prometheus", "http://x", "--last=-3d"], 2, "--last '-3d': expected a positive"),
+    (["--prometheus", "http://x", "--price-kwh", "-1"], 2, "--price-kwh -1.0: expected a price"),
+    (["--prometheus", "http://x", "--selector", "namespace=ml"], 2, "--selector"),
+])
+def test_bad_input_is_exit_2_with_the_flag_named(args: list[str], code: int, text: str) -> None:
+    got, out, err = report(*args)
+    assert (got, out) == (code, "") and text in err and "Traceback" not in err
+    assert err.startswith("podgpu report: ") and err.count("\n") == 1
+
+
+def test_an_unreachable_prometheus_is_exit_1() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    code, _, err = report("--prometheus", url, "--last", "1h", "--timeout", "5")
+    assert code == 1 and f"cannot reach Prometheus at {url}" in err and "Traceback" not in err
+
+
+class _NotPrometheus(http.server.BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        body = b"<html>login page</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        return None
+
+
+def test_a_server_that_is_not_prometheus_is_exit_1(tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotPrometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code, _, err = report("--prometheus", f"http://127.0.0.1:{server.server_port}",
+                              "--last", "1h")
+    finally:
+        server.shutdown()
+    assert code == 1 and "is not JSON; is this a Prometheus?" in err
+
+
+def test_prometheus_refusing_the_query_is_exit_1_with_its_reason(day: Day) -> None:
+    code, _, err = report(*day_args(day, "--selector", 'namespace=~"("'))
+    assert code == 1 and "HTTP 400" in err and "bad_data" in err
