@@ -1,10 +1,11 @@
 """Prometheus text exposition -> metric families, with prometheus_client's maintained parser.
 
 The parser renames counter samples to the OpenMetrics form (`foo` becomes `foo_total` unless the
-`# TYPE` line already said `foo_total`). dcgm-exporter's counters have no `_total`
-(`DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`), and CloudWatch declarations select the name as exposed,
-so the names are put back: a counter whose `# TYPE` name has no `_total` gets its samples' added
-suffix removed. This module is the only importer of prometheus_client.
+`# TYPE` line already said `foo_total`). The CloudWatch agent keeps every sample's name as the
+text wrote it, and declarations select that name, so the names are put back as written:
+dcgm-exporter's `# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter` with a sample of that name
+stays without `_total`, while `# TYPE foo counter` with a sample written `foo_total` stays
+`foo_total` (issue 18 item 6). This module is the only importer of prometheus_client.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from dataclasses import dataclass
 from podgpu.errors import PodgpuError
 
 _TYPE_LINE = re.compile(r"^[ \t]*#[ \t]+TYPE[ \t]+(\S+)[ \t]+counter[ \t]*$", re.MULTILINE)
+
+
+def _written(text: str, name: str) -> bool:
+    """Whether a sample line of the text names `name` itself."""
+    return re.search(rf"^[ \t]*{re.escape(name)}[{{ \t]", text, re.MULTILINE) is not None
 
 
 class ParseError(PodgpuError):
@@ -44,7 +50,9 @@ def parse_exposition(text: str) -> list[Family]:
     except ImportError as exc:  # pragma: no cover - the bridge extra is missing
         raise ParseError(f"podgpu emf needs prometheus_client ({exc}): install podgpu[bridge]"
                          ) from None
-    plain_counters = {n for n in _TYPE_LINE.findall(text) if not n.endswith("_total")}
+    counters = set(_TYPE_LINE.findall(text))
+    plain_counters = {n for n in counters if not n.endswith("_total")
+                      and not _written(text, n + "_total")}
     out: list[Family] = []
     try:
         for fam in text_string_to_metric_families(text):
@@ -55,7 +63,13 @@ def parse_exposition(text: str) -> list[Family]:
                 if restore and name == fam.name + "_total":
                     name = fam.name
                 samples.append(Sample(name, dict(s.labels), float(s.value)))
-            out.append(Family(fam.name, fam.type, tuple(samples)))
+            ftype = fam.type
+            if ftype == "unknown" and fam.name.endswith("_total") and fam.name[:-6] in counters:
+                # `# TYPE foo counter` with samples written `foo_total`: the parser leaves them
+                # untyped; the agent looks the type up without `_total` and keeps the name
+                ftype = "counter"
+            if samples or ftype != "counter":
+                out.append(Family(fam.name, ftype, tuple(samples)))
     except (ValueError, TypeError, IndexError, KeyError) as exc:
         raise ParseError(f"not Prometheus text format: {exc or type(exc).__name__}") from None
     return out

@@ -1,16 +1,19 @@
 """Scraped families -> EMF series groups, with a Prometheus scrape's labels and the agent's types.
 
-Labels, in the order they are decided:
+Labels follow the one model of the agent's scrape (sinks/cloudwatch/series.py, `AgentTarget`),
+the same as `podgpu serve`'s (issue 18 items 1 and 6):
 
 1. the series' own labels, as the target exposed them;
-2. target labels: `job`, `instance` (the URL's host:port) and every `--target-label`. On a clash
-   with a label of the series, `honor_labels` decides as in Prometheus: true keeps the series'
-   value; false sets the target's and keeps the series' value as `exported_<name>`. The default
-   is true, because dcgm-exporter's `pod`/`namespace` name the workload, which is what a per-pod
-   graph means (docs/cloudwatch.md, "The honor_labels trap");
-3. what the CloudWatch agent's path adds (reference/cloudwatch.md §3.1): `ClusterName` when the
-   series has none, `prom_metric_type` (the family's type), and, like `podgpu serve`, `NodeName`
-   and `Namespace` (from `namespace`) when absent.
+2. target labels: `job`, `instance` (the URL's host:port), `kubernetes_node` (the node) and every
+   `--target-label` (what the agent job's relabelling gives: `Namespace`, `Service`, `pod_name`,
+   ...). On a clash with a label of the series, `honor_labels` decides as in Prometheus: false
+   (Prometheus' and the agent's default) sets the target's and keeps the series' value as
+   `exported_<name>`; true keeps the series' value. dcgm-exporter's `pod`/`namespace`/`container`
+   name the workload and no target label of the agent's jobs clashes with them;
+3. what the CloudWatch agent adds: `ClusterName` when the series has none, `prom_metric_type`.
+
+`identity="workload"` gives podgpu's older labels instead (`NodeName`, `Namespace` from the
+series' `namespace`).
 
 Types follow the agent (§3): gauges as they are; counters, and the `_sum`/`_count` of summaries,
 as deltas (the window turns them into deltas: first sample seeds, a fall is a reset); summary
@@ -27,7 +30,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from podgpu.bridge.parse import Family
-from podgpu.sinks.cloudwatch.series import COUNTER, GAUGE, Item, LabelKey
+from podgpu.sinks.cloudwatch.series import (
+    AGENT,
+    COUNTER,
+    GAUGE,
+    AgentTarget,
+    Item,
+    LabelKey,
+    merge_target,
+)
 
 Group = tuple[LabelKey, str, list[Item]]
 
@@ -39,9 +50,15 @@ class TargetLabels:
     job: str
     instance: str
     extra: tuple[tuple[str, str], ...] = ()
-    honor_labels: bool = True
+    honor_labels: bool = False
     cluster_name: str = ""
     node_name: str = ""
+    identity: str = AGENT
+
+    def agent_target(self) -> AgentTarget:
+        return AgentTarget(job=self.job, instance=self.instance, node_name=self.node_name,
+                           extra=self.extra, honor_labels=self.honor_labels,
+                           cluster_name=self.cluster_name)
 
     def pairs(self) -> tuple[tuple[str, str], ...]:
         return (("job", self.job), ("instance", self.instance), *self.extra)
@@ -70,7 +87,10 @@ def kind_of(family_type: str, sample_name: str, family_name: str) -> str | None:
     return None
 
 
-def label_key(own: dict[str, str], target: TargetLabels, prom_type: str) -> LabelKey:
+def label_key(own: dict[str, str], target: TargetLabels, prom_type: str,
+              agent: AgentTarget | None = None) -> LabelKey:
+    if target.identity == AGENT:
+        return merge_target(own, agent or target.agent_target(), prom_type)
     labels = dict(own)
     for name, value in target.pairs():
         if name in labels and labels[name] != "":
@@ -93,6 +113,7 @@ def to_series(families: Sequence[Family], target: TargetLabels, dropped: Dropped
     """One scrape's families as (label key, kind, [(metric, value), ...]) groups: metrics with
     the same labels share a group (one EMF event per label set, as the agent merges them)."""
     groups: dict[tuple[LabelKey, str], list[Item]] = {}
+    agent = target.agent_target()
     for fam in families:
         for s in fam.samples:
             kind = kind_of(fam.type, s.name, fam.name)
@@ -105,7 +126,7 @@ def to_series(families: Sequence[Family], target: TargetLabels, dropped: Dropped
                 if dropped is not None:
                     dropped.not_finite += 1
                 continue
-            key = label_key(s.labels, target, fam.type)
+            key = label_key(s.labels, target, fam.type, agent)
             groups.setdefault((key, kind), []).append((s.name, _number(s.value)))
     return [(key, kind, items) for (key, kind), items in groups.items()]
 

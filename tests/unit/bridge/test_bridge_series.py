@@ -16,7 +16,8 @@ from podgpu.sinks.cloudwatch.window import WindowAccumulator
 
 SEED_TEXT = (Path(__file__).resolve().parents[2] / "fixtures" / "seed"
              / "dcgm-exporter-metrics-a10g.txt").read_text()
-T = TargetLabels(job="dcgm", instance="10.0.0.5:9400", extra=(("Service", "nvidia-dcgm-exporter"),),
+T = TargetLabels(job="dcgm", instance="10.0.0.5:9400",
+                 extra=(("Service", "nvidia-dcgm-exporter"), ("Namespace", "gpu-operator")),
                  cluster_name="prod", node_name="ip-10-0-0-5")
 
 
@@ -33,16 +34,29 @@ def test_dcgm_counter_names_keep_their_exposed_spelling() -> None:
     assert names == {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "http_requests_total"}
 
 
+def test_counter_typed_foo_with_a_foo_total_sample_is_kept_as_written() -> None:
+    """`# TYPE foo counter` then `foo_total 3`: the agent looks the type up without `_total` and
+    keeps `foo_total` (prometheus_client alone leaves it untyped, which would drop it)."""
+    dropped = Dropped()
+    groups = to_series(parse_exposition("# TYPE foo counter\nfoo_total 3\n"
+                                        "# TYPE bar counter\nbar 5\n"), T, dropped)
+    series = by_name(groups)
+    assert set(series) == {"foo_total", "bar"}
+    assert series["foo_total"][1] == COUNTER and series["foo_total"][0]["prom_metric_type"] == "counter"
+    assert dropped.unsupported_type == 0
+
+
 def test_seed_sample_every_series_with_scrape_and_agent_labels() -> None:
     series = by_name(to_series(parse_exposition(SEED_TEXT), T))
     labels, kind, value = series["DCGM_FI_DEV_GPU_UTIL"]
     assert (kind, value) == (GAUGE, 100)
-    assert labels["pod"] == "gpu-burn-c68d8c774-ltg9s"  # the workload's (honor_labels default)
-    assert labels["Namespace"] == labels["namespace"] == "kube-system"
+    assert labels["pod"] == "gpu-burn-c68d8c774-ltg9s"  # the workload's: no target label clashes
+    assert labels["namespace"] == "kube-system" and labels["Namespace"] == "gpu-operator"
     assert (labels["job"], labels["instance"], labels["Service"]) == (
         "dcgm", "10.0.0.5:9400", "nvidia-dcgm-exporter")
-    assert (labels["ClusterName"], labels["NodeName"], labels["prom_metric_type"]) == (
+    assert (labels["ClusterName"], labels["kubernetes_node"], labels["prom_metric_type"]) == (
         "prod", "ip-10-0-0-5", "gauge")
+    assert "NodeName" not in labels
     energy = series["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
     assert energy[1] == COUNTER and energy[0]["prom_metric_type"] == "counter"
     assert energy[2] == 15782796862

@@ -165,36 +165,49 @@ class Scraped:
     samples: list[tuple[str, str, dict[str, str], float]] = field(default_factory=list)
 
 
+_SUFFIXES = ("_total", "_sum", "_count", "_bucket")
+
+
 def scrape(text: str, job: Mapping[str, Any], target: Mapping[str, str], cluster_name: str
            ) -> Scraped:
-    """A scrape as the agent keeps it (steps 3-4 without the counter deltas)."""
+    """A scrape as the agent keeps it (steps 3-4 without the counter deltas). Each sample's type
+    is looked up from the `# TYPE` lines by its name, else by its name without a `_total`,
+    `_sum`, `_count` or `_bucket` suffix; names stay as the text wrote them."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    types = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[0] == "#" and parts[1] == "TYPE":
+            types[parts[2]] = parts[3]
     written = {ln.split("{")[0].split(" ")[0] for ln in text.splitlines()
                if ln and not ln.startswith("#")}
     out = Scraped()
     for fam in text_string_to_metric_families(text):
-        if fam.type not in ("gauge", "counter", "summary"):
-            continue  # the agent drops other types
         for s in fam.samples:
             name = s.name
-            if fam.type == "counter" and name == fam.name + "_total" and name not in written:
-                name = fam.name  # the parser's OpenMetrics suffix; the text had none
-            if name.endswith("_created"):
-                continue
+            if name not in written and name.endswith("_total") and name[:-6] in written:
+                name = name[:-6]  # the parser's OpenMetrics suffix; the text had none
+            base = name
+            ftype = types.get(name)
+            if ftype is None:
+                base = next((name[:-len(x)] for x in _SUFFIXES if name.endswith(x)), name)
+                ftype = types.get(base)
+            if ftype not in ("gauge", "counter", "summary"):
+                continue  # the agent drops other and unknown types
             lbls = merge(dict(s.labels), target)
             lbls["__name__"] = name
             lbls2 = relabel(lbls, job.get("metric_relabel_configs", []))
             if lbls2 is None:
                 continue
             lbls2.pop("__name__", None)
-            lbls2["prom_metric_type"] = fam.type
+            lbls2["prom_metric_type"] = ftype
             if cluster_name:
                 lbls2.setdefault("ClusterName", cluster_name)
             if s.value != s.value or s.value in (float("inf"), float("-inf")):
                 continue
-            kind = "counter" if fam.type == "counter" or (
-                fam.type == "summary" and name != fam.name) else "gauge"
+            kind = "counter" if ftype == "counter" or (ftype == "summary" and name != base) \
+                else "gauge"
             out.samples.append((name, kind, lbls2, float(s.value)))
     return out
 

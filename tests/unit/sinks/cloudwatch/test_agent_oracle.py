@@ -253,3 +253,29 @@ def test_counts_of_values_agree_for_gauges_and_counters() -> None:
     docs, scrapes = run_both(text, seconds=30)
     mine, theirs = podgpu_metrics(docs), oracle_metrics(text, scrapes)
     assert mine and all(Counter(mine[k][1]) == Counter(theirs[k][1]) for k in theirs)
+
+
+def test_bridge_labels_equal_the_oracles_on_the_seed_a10g_exposition() -> None:
+    """`podgpu emf` scraping dcgm-exporter (the seed's A10G sample) labels every series as the
+    agent's service-endpoints job would, given the same target labels."""
+    from podgpu.bridge.parse import parse_exposition
+    from podgpu.bridge.series import TargetLabels, to_series
+
+    text = (FIXTURES / "dcgm-exporter-metrics-a10g.txt").read_text()
+    text += "# TYPE foo counter\nfoo_total{gpu=\"0\"} 3\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\n"
+    meta = dict(META, __meta_kubernetes_pod_name="nvidia-dcgm-exporter-48cwd",
+                __meta_kubernetes_pod_container_name="nvidia-dcgm-exporter")
+    job = oracle.load_job(oracle.SERVICE_ENDPOINTS_JOB)
+    target = oracle.target_labels(job, meta)
+    assert target is not None
+    theirs = {(name, frozenset(labels.items()))
+              for name, _, labels, _ in oracle.scrape(text, job, target, "prod").samples}
+    extra = tuple((k, v) for k, v in target.items()
+                  if k not in ("job", "instance", "kubernetes_node"))
+    tl = TargetLabels(job=target["job"], instance=target["instance"], extra=extra,
+                      cluster_name="prod", node_name=target["kubernetes_node"])
+    mine = {(name, frozenset(key)) for key, _, items in to_series(parse_exposition(text), tl)
+            for name, _ in items if not name.startswith("h_")}  # histograms: podgpu keeps them
+    assert mine == theirs
+    assert ("foo_total" in {n for n, _ in mine}) and all(
+        dict(lbls)["pod"] == "gpu-burn-c68d8c774-ltg9s" for n, lbls in mine if n.startswith("DCGM_F"))
