@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from podgpu import __version__, logs
 from podgpu.errors import ConfigError
-from podgpu.serve import (
+from podgpu.parts import (
     load_metrics,
     make_attributor,
     make_backend,
@@ -48,6 +48,15 @@ class Agent:
     attributor: Attributor | None
     security: WebSecurity | None
     emf: EmfSink | None
+
+
+def main(argv: Sequence[str]) -> int:
+    """`podgpu serve [flags]` (also `podgpu [flags]`): parse, build, run until stopped."""
+    from podgpu.config import OPTIONS, serve_parser, settings_from
+    from podgpu.options import go_flags
+
+    settings = settings_from(serve_parser().parse_args(go_flags(list(argv), OPTIONS)))
+    return run(build_agent(settings))
 
 
 def build_agent(settings: ServeSettings) -> Agent:

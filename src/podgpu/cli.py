@@ -35,7 +35,7 @@ class Command(NamedTuple):
 
 
 COMMANDS: dict[str, Command] = {
-    "serve": Command("podgpu.serve:main", "collect GPU metrics and serve /metrics (default)"),
+    "serve": Command("podgpu.agent:main", "collect GPU metrics and serve /metrics (default)"),
     "fields": Command("podgpu.fields.listing:main", "list every DCGM field podgpu can export"),
     "burn": Command("podgpu.burn", "GPU load generator (gpu-burn pattern)", parser=True),
     "top": Command("podgpu.top", "GPUs and pods of one or many nodes in the terminal",

@@ -10,7 +10,7 @@ import pytest
 from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.config import parse_serve_args
 from podgpu.errors import AttributionError, ConfigError
-from podgpu.serve import load_metrics
+from podgpu.parts import load_metrics
 from tests.integration.kube_api_fake import FakeKubeApi
 
 LIST = "# from a ConfigMap\nDCGM_FI_DEV_GPU_UTIL, gauge, util\ndcgm_fb_used, gauge, fb\n"

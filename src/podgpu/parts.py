@@ -1,13 +1,10 @@
-"""`podgpu serve`: build the agent's parts from `ServeSettings` and run it.
-
-The parts (metric list, backend, attributor, web security, EMF sink) are made here from their
-own settings objects, each validated before anything starts (exit 2 on bad input).
-"""
+"""The parts of `podgpu serve`'s agent, each made from its own settings object (podgpu.settings)
+and validated before anything starts (exit 2 on bad input): the metric list, the scenario, the
+backend, the attributor, the web security and the EMF sink. podgpu.agent assembles them."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from podgpu.errors import BackendError
@@ -23,16 +20,6 @@ if TYPE_CHECKING:
     from podgpu.sinks.prometheus.labels import LabelOptions
 
 log = logging.getLogger("podgpu")
-
-
-def main(argv: Sequence[str]) -> int:
-    """`podgpu serve [flags]` (also `podgpu [flags]`): parse, then run until stopped."""
-    from podgpu.agent import build_agent, run
-    from podgpu.config import OPTIONS, serve_parser, settings_from
-    from podgpu.options import go_flags
-
-    settings = settings_from(serve_parser().parse_args(go_flags(list(argv), OPTIONS)))
-    return run(build_agent(settings))
 
 
 def load_metrics(collect: CollectSettings, kube_configuration: Any = None) -> MetricList:
