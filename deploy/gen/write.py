@@ -9,11 +9,14 @@ from pathlib import Path
 def files(kind: str) -> dict[str, str]:
     """Relative path -> content of every generated file of `kind`."""
     if kind == "rules":
-        from deploy.gen import rules, ruletests
+        from deploy.gen import accounting, accounting_tests, rules, ruletests
 
         return {"podgpu.rules.yml": rules.render_plain(),
                 "podgpu-rules.yaml": rules.render_prometheusrule(),
-                "tests/podgpu.rules.test.yml": ruletests.render()}
+                "tests/podgpu.rules.test.yml": ruletests.render(),
+                "podgpu-accounting.rules.yml": accounting.render_plain(),
+                "podgpu-accounting-rules.yaml": accounting.render_prometheusrule(),
+                "tests/podgpu-accounting.rules.test.yml": accounting_tests.render()}
     if kind == "dashboard":
         from deploy.gen import dashboard
 
