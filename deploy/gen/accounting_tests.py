@@ -10,6 +10,7 @@ increase arithmetic (a fall is a reset), match to the last bit.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -87,7 +88,7 @@ def increase(values: list[float], start: int, end: int) -> float:
     """Prometheus' increase() over samples start..end (both on the window's edges, so no
     extrapolation): last - first, plus the value before every fall (a reset)."""
     window = values[start:end + 1]
-    correction = sum(a for a, b in zip(window, window[1:], strict=False) if b < a)
+    correction = sum(a for a, b in itertools.pairwise(window) if b < a)
     return window[-1] - window[0] + correction
 
 
