@@ -48,6 +48,8 @@ COMMANDS: dict[str, Command] = {
                                     "body (PutDashboard) for a config", with_name=True),
     "cloudwatch-alarms": Command("podgpu.cwassets.cli:main", "print PutMetricAlarm requests: XID "
                                  "errors, a lost GPU, an idle GPU", with_name=True),
+    "report": Command("podgpu.accounting.report_cli:main", "GPU-hours, efficiency, kWh and cost "
+                      "per namespace and pod, from a Prometheus"),
 }
 """Add a command with one entry here."""
 
