@@ -49,20 +49,62 @@ def test_hadolint_passes() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_final_stage_is_slim_non_root_and_runs_podgpu() -> None:
+def build_args() -> dict[str, str]:
+    return dict(a.split("=", 1) for w, a in instructions() if w == "ARG" and "=" in a)
+
+
+def test_final_stage_runs_podgpu_as_the_documented_user_without_installers() -> None:
     ins = instructions()
     assert sum(w == "FROM" for w, _ in ins) == 2  # multi-stage
-    base = dict(a.split("=", 1) for w, a in ins if w == "ARG" and "=" in a)["PYTHON_IMAGE"]
-    assert re.fullmatch(r"python:3\.\d+-slim(-\w+)?", base), base
+    base = build_args()["BASE"]
+    # the registry default: the official slim image of the one Python minor, pinned by digest
+    assert re.fullmatch(r"docker\.io/library/python:3\.\d+-slim-\w+@sha256:[0-9a-f]{64}", base), base
     final = final_stage()
+    assert final[0] == ("FROM", "${BASE}")
     (user,) = [a for w, a in final if w == "USER"]
-    uid = int(user.split(":")[0])
-    assert uid >= 10000, "numeric non-root UID (runAsNonRoot can verify only numbers)"
+    # root on purpose (docs/deploy.md, "Which user"): the image-only swap into the GPU
+    # Operator's DaemonSet sets no user and needs the root-only kubelet socket
+    assert user == "0:0"
+    assert "hadolint ignore=DL3002" in DOCKERFILE
     (entry,) = [a for w, a in final if w == "ENTRYPOINT"]
     assert json.loads(entry) == ["podgpu"]  # the DaemonSet's args start with `serve`
-    runs = " ".join(a for w, a in final if w == "RUN")
-    for compiler_ish in ("apt-get", "gcc", "build-essential", "pip install"):
-        assert compiler_ish not in runs
+    runs = [a for w, a in final if w == "RUN"]
+    # one RUN: the standard library's bytecode, exec form (the Debian-made base has no shell)
+    assert len(runs) == 1 and json.loads(runs[0])[:2] == [f"python{python_minor()}", "-c"], runs
+    for compiler_ish in ("apt-get", "gcc", "build-essential", "pip"):
+        assert compiler_ish not in runs[0]
+
+
+def python_minor() -> str:
+    """The one Python minor of the image: the base's tag."""
+    m = re.search(r"python:(3\.\d+)-slim", build_args()["BASE"])
+    assert m
+    return m.group(1)
+
+
+def test_one_python_minor_for_the_base_the_lock_and_the_build() -> None:
+    """A lock resolved for another minor would fail the build with hash mismatches (wheels are
+    per CPython minor), and a venv points at its interpreter by path."""
+    minor = python_minor()
+    header = LOCK.read_text().splitlines()[0]
+    assert f"for CPython {minor} " in header, f"requirements.lock: {header!r}: run scripts/lock"
+    lock_script = (ROOT / "scripts" / "lock").read_text()
+    assert re.search(rf'^PYTHON_VERSION = "{re.escape(minor)}"', lock_script, re.M)
+    image_script = (ROOT / "scripts" / "image").read_text()
+    assert re.search(rf"^PY={re.escape(minor)}$", image_script, re.M)
+    assert f"python{minor} -m venv" in DOCKERFILE
+
+
+def test_the_build_backend_is_pinned_with_its_hash() -> None:
+    text = (ROOT / "deploy" / "image" / "build-backend.lock").read_text()
+    pins = [ln for ln in text.splitlines() if ln and not ln.startswith(("#", " "))]
+    (pin,) = pins
+    name, version = pin.rstrip(" \\").split("==")
+    assert re.search(r"--hash=sha256:[0-9a-f]{64}", text)
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    (req,) = [Requirement(r) for r in requires]
+    assert req.name == name and req.specifier.contains(version), (requires, pin)
+    assert "--no-build-isolation" in DOCKERFILE and "build-backend.lock" in DOCKERFILE
 
 
 def test_metric_lists_are_where_dcgm_exporter_charts_look() -> None:
