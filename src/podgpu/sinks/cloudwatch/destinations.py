@@ -1,8 +1,10 @@
 """Where EMF events go: CloudWatch Logs (PutLogEvents), the agent's EMF listener (TCP/UDP), stdout.
 
 Each destination sends one batch and either returns how many events CloudWatch refused for good
-(`rejectedLogEventsInfo`) or raises `SendError` saying whether a retry can help. This module is the
-only one that imports boto3 (STYLE rule 3); botocore's own retries are off, the sender retries.
+(`rejectedLogEventsInfo`) or raises `SendError` saying whether a retry can help. CloudWatch Logs is
+called through logsapi.py (botocore's credentials, signer and HTTP session, no boto3 client); the
+errors of that one external system are translated here (STYLE rule 3). No retries below the
+sender, which retries.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import logging
 import re
 import socket
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
@@ -156,9 +157,10 @@ class SocketDestination:
 
 
 class CloudWatchDestination:
-    """PutLogEvents through boto3 and its default credential chain (env, IRSA web identity, EKS
-    Pod Identity, instance profile). Creates the log stream, and the group when allowed, the
-    first time CloudWatch says it is missing."""
+    """PutLogEvents signed by botocore with its default credential chain (env, IRSA web
+    identity, EKS Pod Identity, instance profile), sent without a boto3 client (logsapi.py,
+    issue 20). Creates the log stream, and the group when allowed, the first time CloudWatch says
+    it is missing. `timeout` (s) bounds one call's read."""
 
     name = "cloudwatch"
     max_batch_events = 10_000
@@ -168,37 +170,24 @@ class CloudWatchDestination:
                  endpoint_url: str | None = None, create_log_group: bool = True,
                  timeout: float = 30.0) -> None:
         try:
-            import boto3  # type: ignore[import-untyped]
-            from botocore.config import Config  # type: ignore[import-untyped]
-        except ImportError as exc:
-            raise ConfigError(f"--emf-destination cloudwatch needs boto3 ({exc}): install "
-                              "podgpu[cloudwatch], or use stdout, tcp:// or udp://") from None
+            from podgpu.sinks.cloudwatch.logsapi import LogsApi
 
+            self._api = LogsApi(region=region, endpoint_url=endpoint_url, timeout=timeout)
+        except ImportError as exc:
+            raise ConfigError(f"--emf-destination cloudwatch needs botocore ({exc}): install "
+                              "podgpu[cloudwatch], or use stdout, tcp:// or udp://") from None
         self._group = log_group
         self._stream = log_stream
         self._create_group = create_log_group
-        self._ready = False
-        self._lock = threading.Lock()
-        cfg = Config(retries={"total_max_attempts": 1, "mode": "standard"},
-                     connect_timeout=min(10.0, timeout), read_timeout=timeout,
-                     user_agent_extra="podgpu")
-        try:
-            self._client: Any = boto3.session.Session().client(
-                "logs", region_name=region, endpoint_url=endpoint_url, config=cfg)
-        except Exception as exc:  # botocore's NoRegionError and friends
-            raise ConfigError(f"CloudWatch Logs client: {exc} (set --aws-region or AWS_REGION)"
-                              ) from None
-        # CloudWatch no longer needs this header for EMF, the agent still sends it (§3.2).
-        self._client.meta.events.register_first(
-            "before-sign.cloudwatch-logs.PutLogEvents", _emf_header)
 
     def send(self, batch: Batch) -> int:
-        events = [{"timestamp": ts, "message": m} for ts, m in batch]
+        body = {"logGroupName": self._group, "logStreamName": self._stream,
+                "logEvents": [{"timestamp": ts, "message": m} for ts, m in batch]}
         for attempt in (1, 2):
             try:
-                resp = self._client.put_log_events(
-                    logGroupName=self._group, logStreamName=self._stream, logEvents=events)
-                return _rejected(resp.get("rejectedLogEventsInfo"), len(events))
+                # CloudWatch no longer needs this header for EMF; the agent still sends it (§3.2).
+                resp = self._api.call("PutLogEvents", body, {"x-amzn-logs-format": "json/emf"})
+                return _rejected(resp.get("rejectedLogEventsInfo"), len(batch))
             except Exception as exc:
                 code = _code(exc)
                 if code == "ResourceNotFoundException" and attempt == 1:
@@ -209,18 +198,18 @@ class CloudWatchDestination:
 
     def _create(self) -> None:
         """Create the log group (if allowed) and the log stream; 'already exists' is fine."""
-        steps = [("create_log_group", {"logGroupName": self._group})] if self._create_group else []
-        steps.append(("create_log_stream", {"logGroupName": self._group,
-                                            "logStreamName": self._stream}))
-        for op, kwargs in steps:
+        steps = [("CreateLogGroup", {"logGroupName": self._group})] if self._create_group else []
+        steps.append(("CreateLogStream", {"logGroupName": self._group,
+                                          "logStreamName": self._stream}))
+        for action, body in steps:
             try:
-                getattr(self._client, op)(**kwargs)
-                log.info("CloudWatch Logs: %s %s", op.replace("_", " "), kwargs)
+                self._api.call(action, body)
+                log.info("CloudWatch Logs: %s %s", action, body)
             except Exception as exc:
                 code = _code(exc)
                 if code == "ResourceAlreadyExistsException":
                     continue
-                if code == "ResourceNotFoundException" and op == "create_log_stream":
+                if code == "ResourceNotFoundException" and action == "CreateLogStream":
                     raise SendError(
                         f"cloudwatch: log group {self._group!r} does not exist and creating it is "
                         "off (--emf-create-log-group=false)", retryable=True, auth=True) from None
@@ -228,11 +217,7 @@ class CloudWatchDestination:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing must not fail shutdown
-            self._client.close()
-
-
-def _emf_header(request: Any, **_kwargs: Any) -> None:
-    request.headers["x-amzn-logs-format"] = "json/emf"
+            self._api.close()
 
 
 def _code(exc: Exception) -> str:
@@ -252,9 +237,8 @@ def _status(exc: Exception) -> int:
 def _translate(exc: Exception, code: str) -> SendError:
     """botocore's exceptions -> SendError, at this one boundary."""
     msg = str(exc).splitlines()[0][:300] if str(exc) else code
-    if code in _AUTH_CODES or type(exc).__name__ in ("NoCredentialsError",
-                                                     "PartialCredentialsError",
-                                                     "CredentialRetrievalError"):
+    if code in _AUTH_CODES or _status(exc) in (401, 403) or type(exc).__name__ in (
+            "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
         return SendError(f"cloudwatch: credentials or permissions: {msg}", retryable=True,
                          auth=True)
     if code in _RETRYABLE_CODES or _status(exc) >= 500:

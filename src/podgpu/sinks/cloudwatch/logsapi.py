@@ -1,0 +1,133 @@
+"""CloudWatch Logs' JSON API through botocore's pieces, without a boto3 client (issue 20).
+
+A boto3 `logs` client cost +11 MiB steady and +20 MiB at its peak on the H200 for three calls:
+building it parses the service model, the endpoint rule set and endpoints.json into Python
+objects. This module keeps what must not be hand-written and drops the rest:
+
+- credentials: botocore's default chain from a botocore Session (environment, IRSA web identity,
+  EKS Pod Identity, shared files, instance metadata), refreshed by botocore as they expire;
+- signing: botocore's `SigV4Auth` (service `logs`);
+- the endpoint: botocore's `EndpointProvider` over the Logs endpoint rule set and partitions.json
+  (a few KB), so FIPS and non-`aws` partitions resolve as boto3 would;
+- transport: botocore's `URLLib3Session` (the proxy environment, AWS_CA_BUNDLE, timeouts), no
+  retries (the sender retries);
+- the AWS JSON 1.1 protocol itself (POST /, `X-Amz-Target: Logs_20140328.<Action>`, errors as
+  `__type`/`message`) is three calls' worth of JSON and is done here.
+
+Errors carry a botocore-shaped `response` (`Error.Code`, `ResponseMetadata.HTTPStatusCode`) so
+destinations.py translates them at one boundary, whichever way the call was made.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from podgpu.errors import ConfigError
+
+TARGET_PREFIX = "Logs_20140328."
+CONTENT_TYPE = "application/x-amz-json-1.1"
+SIGNING_NAME = "logs"
+
+
+class LogsApiError(Exception):
+    """A non-2xx answer. `response` has the shape of botocore's ClientError.response."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(f"An error occurred ({code}) when calling CloudWatch Logs: {message}")
+        self.response = {"Error": {"Code": code, "Message": message},
+                         "ResponseMetadata": {"HTTPStatusCode": status}}
+
+
+def error_code(header: str, body: Any) -> tuple[str, str]:
+    """(code, message) of an AWS JSON error answer: `__type` (its part after '#') or the
+    `x-amzn-ErrorType` header (its part before ':'), as botocore's JSON parser reads them."""
+    code, message = "", ""
+    if isinstance(body, dict):
+        code = str(body.get("__type") or body.get("code") or "").rsplit("#", 1)[-1]
+        message = str(body.get("message") or body.get("Message") or "")
+    if not code and header:
+        code = header.split(":", 1)[0]
+    return code, message
+
+
+class LogsApi:
+    """Signed CloudWatch Logs calls. `timeout` (s) is the read timeout of one call; the connect
+    timeout is at most 10 s of it. Raises ConfigError when no region is known."""
+
+    def __init__(self, *, region: str | None, endpoint_url: str | None,
+                 timeout: float = 30.0) -> None:
+        import botocore  # type: ignore[import-untyped]
+        import botocore.session  # type: ignore[import-untyped]
+        from botocore.httpsession import URLLib3Session  # type: ignore[import-untyped]
+        from botocore.utils import get_environ_proxies  # type: ignore[import-untyped]
+
+        self._session: Any = botocore.session.Session()
+        self.region = str(region or self._session.get_config_variable("region") or "")
+        if not self.region:
+            raise ConfigError("CloudWatch Logs client: no region (set --aws-region or AWS_REGION)")
+        self.url = endpoint_url or self._resolve_endpoint()
+        verify = self._session.get_config_variable("ca_bundle") or True
+        self._http: Any = URLLib3Session(
+            verify=verify, proxies=get_environ_proxies(self.url),
+            timeout=(min(10.0, timeout), timeout), max_pool_connections=1)
+        self._user_agent = f"podgpu botocore/{botocore.__version__}"
+
+    def _resolve_endpoint(self) -> str:
+        from botocore.endpoint_provider import EndpointProvider  # type: ignore[import-untyped]
+
+        loader = self._session.get_component("data_loader")
+        provider = EndpointProvider(
+            ruleset_data=loader.load_service_model("logs", "endpoint-rule-set-1"),
+            partition_data=loader.load_data("partitions"))
+        fips = str(self._session.get_config_variable("use_fips_endpoint") or "").lower()
+        dual = str(self._session.get_config_variable("use_dualstack_endpoint") or "").lower()
+        try:
+            endpoint = provider.resolve_endpoint(Region=self.region, UseFIPS=fips == "true",
+                                                 UseDualStack=dual == "true")
+        except Exception as exc:  # EndpointResolutionError: a region the rules refuse
+            raise ConfigError(f"CloudWatch Logs endpoint for region {self.region!r}: {exc}"
+                              ) from None
+        return str(endpoint.url)
+
+    def call(self, action: str, body: dict[str, Any],
+             headers: dict[str, str] | None = None) -> dict[str, Any]:
+        """One API call; the decoded answer. Raises LogsApiError for an error answer and
+        botocore's own exceptions for credentials (NoCredentialsError, CredentialRetrievalError)
+        and transport (EndpointConnectionError, ReadTimeoutError ...)."""
+        from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
+        from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
+        from botocore.exceptions import NoCredentialsError  # type: ignore[import-untyped]
+
+        credentials = self._session.get_credentials()  # cached by the session once found
+        if credentials is None:
+            raise NoCredentialsError()
+        request = AWSRequest(method="POST", url=self.url, data=json.dumps(body).encode(),
+                             headers={"Content-Type": CONTENT_TYPE,
+                                      "X-Amz-Target": TARGET_PREFIX + action,
+                                      "User-Agent": self._user_agent, **(headers or {})})
+        SigV4Auth(credentials.get_frozen_credentials(), SIGNING_NAME, self.region
+                  ).add_auth(request)
+        response = self._http.send(request.prepare())
+        content = response.content or b"{}"
+        try:
+            answer = json.loads(content)
+        except ValueError:
+            answer = None
+        status = int(response.status_code)
+        if 200 <= status < 300:
+            return answer if isinstance(answer, dict) else {}
+        code, message = error_code(str(response.headers.get("x-amzn-ErrorType") or ""), answer)
+        xml = re.search(rb"<Code>([^<]{1,100})</Code>", content) if answer is None else None
+        if not code and xml:  # an XML error from a proxy or an emulator's auth layer
+            code = xml[1].decode("utf-8", "replace")
+            found = re.search(rb"<Message>([^<]{0,300})</Message>", content)
+            message = found[1].decode("utf-8", "replace") if found else ""
+        if not code:
+            code = f"HTTP{status}"
+            message = message or content[:200].decode("utf-8", "replace")
+        raise LogsApiError(code, message, status)
+
+    def close(self) -> None:
+        self._http.close()
