@@ -92,14 +92,6 @@ class Plan:
             ids.extend((fid, r.scope) for fid in r.field_ids)
         return ids
 
-    @property
-    def mig_scoped(self) -> bool:
-        return any(f.scope == "both" for f in self._all())
-
-    def _all(self) -> tuple[Field, ...]:
-        return (tuple(e.field for e in self.fv) + tuple(f for g in self.calls for f in g.fields)
-                + tuple(f for f, _ in self.gpm))
-
 
 def build_plan(lib: Lib, fields: Sequence[Field]) -> Plan:
     fv: list[FvEntry] = []

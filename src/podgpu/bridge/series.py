@@ -26,7 +26,7 @@ CloudWatch number and are dropped, like the agent drops them, but counted.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from podgpu.bridge.parse import Family
@@ -135,9 +135,3 @@ def _number(v: float) -> float:
     """Integral values as ints, so EMF carries `100`, not `100.0` (like the snapshot's values)."""
     return int(v) if v.is_integer() and abs(v) < 2**53 else v
 
-
-def chain(groups: Iterable[list[Group]]) -> list[Group]:
-    out: list[Group] = []
-    for g in groups:
-        out.extend(g)
-    return out

@@ -94,10 +94,6 @@ class TlsServerConfig:
         """Files this part reads; a change to any of them triggers a reload."""
         return tuple(f for f in (self.cert_file, self.key_file, self.client_ca_file) if f)
 
-    @property
-    def verifies_clients(self) -> bool:
-        return self.client_auth_type in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
-
 
 @dataclass(frozen=True, slots=True)
 class WebConfig:

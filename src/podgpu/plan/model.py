@@ -32,7 +32,6 @@ from podgpu.sinks.cloudwatch.window import ClosedWindow, WindowAccumulator
 from podgpu.sinks.prometheus import RenderOptions, render
 from podgpu.sinks.prometheus.labels import LabelOptions
 
-MINUTES_PER_MONTH = 30 * 24 * 60
 BYTES_PER_GB = 1_000_000_000
 PUT_LOG_EVENTS_MAX_BYTES = 1_048_576
 PUT_LOG_EVENTS_MAX_EVENTS = 10_000
@@ -93,10 +92,6 @@ class PathEstimate:
     requests_per_minute: float
     metrics_dollars: float
     ingest_dollars: float
-
-    def scaled(self, minutes: float) -> dict[str, float]:
-        return {"bytes": self.bytes_per_minute * minutes,
-                "requests": self.requests_per_minute * minutes}
 
 
 @dataclass(frozen=True, slots=True)

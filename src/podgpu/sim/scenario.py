@@ -104,9 +104,6 @@ class Scenario:
     xids: tuple[ScenarioXid, ...] = ()
     """Injected XID errors (issue 9): DCGM_FI_DEV_XID_ERRORS and the windowed counts move."""
 
-    def gpu_indexes(self) -> set[int]:
-        return {g.gpu for c in self.containers for g in c.gpus}
-
     def busy_gpus(self) -> set[int]:
         """GPUs whose processes use them: the simulated backend runs the burn pattern on these."""
         return {g.gpu for c in self.containers for g in c.gpus if g.share > 0 and g.processes}
