@@ -31,12 +31,19 @@ def log_group_for(template: str, cluster: str, node: str) -> str:
 
 
 def build_emf_sink(settings: EmfSettings, *, node: str,
-                   series: Callable[[str], SeriesBuilder | None], what: str
+                   series: Callable[[str], SeriesBuilder | None], what: str,
+                   route_labels: dict[str, str] | None = None
                    ) -> tuple[EmfSink, str]:
     """The sink and the cluster name it uses. `series(cluster)` builds serve's SeriesBuilder
-    (None for the bridge, which offers series itself); `what` opens the start-up log line."""
+    (None for the bridge, which offers series itself, and gives the labels all its series carry
+    in `route_labels`, for the log group/stream placeholders); `what` opens the start-up log
+    line."""
     from podgpu.sinks.cloudwatch import EmfSink, load_emf_config
-    from podgpu.sinks.cloudwatch.declarations import DEFAULT_LOG_GROUP
+    from podgpu.sinks.cloudwatch.declarations import (
+        DEFAULT_LOG_GROUP,
+        DEFAULT_LOG_STREAM,
+        resolve_log_names,
+    )
     from podgpu.sinks.cloudwatch.destinations import make_destination, parse_target
     from podgpu.sinks.cloudwatch.encode import Encoder
     from podgpu.sinks.cloudwatch.queue import EventQueue
@@ -49,19 +56,30 @@ def build_emf_sink(settings: EmfSettings, *, node: str,
     template = settings.log_group or config.log_group_name or DEFAULT_LOG_GROUP
     if target.kind == "stdout" and not cluster:  # stdout names no group
         template = template.replace("{ClusterName}", "")
-    group = log_group_for(template, cluster, node)
+    if "{ClusterName}" in template and not cluster:
+        log_group_for(template, cluster, node)  # ConfigError: the group needs a cluster name
     if not cluster and any("ClusterName" in s for d in config.declarations for s in d.dimensions):
         log.warning("EMF: no cluster name (--cluster-name): dimension sets naming ClusterName "
                     "are dropped unless the series carry ClusterName")
-    stream = settings.log_stream or node
-    route = (group, stream) if target.kind in ("tcp", "udp") else None
+    builder = series(cluster)
+    labels = (builder.options.constant_labels() if builder is not None
+              else {**(route_labels or {}), "ClusterName": cluster})
+    per_event = target.kind in ("tcp", "udp")  # the agent's listener routes each event
+    # issue 18 item 3: placeholders as the agent fills them; its default stream is {JobName}
+    group, stream, warnings = resolve_log_names(
+        template, settings.log_stream or DEFAULT_LOG_STREAM, labels, per_event=per_event)
+    if target.kind != "stdout":
+        for w in warnings:
+            log.warning("%s", w)
+    route = (group, stream) if per_event else None
     encoder = Encoder(config, storage_resolution=settings.storage_resolution,
-                      keep_unmatched=settings.keep_unmatched, route=route)
+                      keep_unmatched=settings.keep_unmatched, route=route,
+                      catalog_units=settings.identity == "workload")
     destination = make_destination(target, log_group=group, log_stream=stream,
                                    region=settings.region, endpoint_url=settings.endpoint_url,
                                    create_log_group=settings.create_log_group)
     queue = EventQueue(settings.queue_bytes, settings.spool_dir)
     log.info("%s: %s every %g s to %s (log group %s, stream %s), namespace %s", what,
              config.path, settings.interval, target, group, stream, config.namespace)
-    return EmfSink(series(cluster), encoder, queue, destination,
+    return EmfSink(builder, encoder, queue, destination,
                    interval=settings.interval), cluster

@@ -121,7 +121,8 @@ def make_emf_sink(settings: ServeSettings, metrics: MetricList, label_opts: Labe
     def series(cluster: str) -> SeriesBuilder:
         opts = SeriesOptions(labels=label_opts, job=emf.job,
                              instance=f"{host}:{settings.http.port}", cluster_name=cluster,
-                             node_name=host, extra=emf.labels)
+                             node_name=host, extra=emf.labels, identity=emf.identity,
+                             namespace=emf.namespace, pod_name=emf.pod_name)
         return SeriesBuilder(metrics, opts)
 
     return build_emf_sink(emf, node=host, series=series, what="EMF")[0]

@@ -103,7 +103,14 @@ class EmfSettings:
     keep_unmatched: bool = False
     labels: tuple[tuple[str, str], ...] = ()
     """--emf-label: extra KEY=VALUE on every series."""
-    job: str = "podgpu"
+    job: str = "kubernetes-service-endpoints"
+    """--emf-job: the agent scrape job's name (its default job's, issue 18)."""
+    identity: str = "agent"
+    """--emf-identity: agent (the agent path's labels) or workload (podgpu's richer ones)."""
+    namespace: str = ""
+    """--emf-namespace / POD_NAMESPACE: podgpu's own namespace (the agent's `Namespace`)."""
+    pod_name: str = ""
+    """--emf-pod-name / POD_NAME: podgpu's own pod (the agent's `pod_name`)."""
 
 
 @dataclass(frozen=True, slots=True)

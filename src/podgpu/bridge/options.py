@@ -20,7 +20,7 @@ from podgpu.settings import EmfSettings, HttpSettings, LogSettings
 
 DEFAULT_SCRAPE_INTERVAL = 10.0
 DEFAULT_LISTEN = ":9401"
-DEFAULT_JOB = "podgpu-emf"
+DEFAULT_JOB = "kubernetes-service-endpoints"  # the agent's default job (issue 18 item 1)
 
 OWN: tuple[Option, ...] = (
     Option(("--scrape",), "scrape", "PODGPU_EMF_SCRAPE", (),
@@ -39,7 +39,7 @@ OWN: tuple[Option, ...] = (
            "KEY=VALUE attached to every scraped series like a Prometheus target label, "
            "repeatable (e.g. Service=nvidia-dcgm-exporter for the seed's declaration)", v.labels,
            metavar="KEY=VALUE", append=True),
-    Option(("--honor-labels",), "honor_labels", "PODGPU_EMF_HONOR_LABELS", True,
+    Option(("--honor-labels",), "honor_labels", "PODGPU_EMF_HONOR_LABELS", False,
            "on a clash between a target label (job, instance, --target-label) and the series' "
            "own label, keep the series' value (true), or set the target's and keep the series' "
            "as exported_<name> (false), as Prometheus' honor_labels", parse_bool, True),

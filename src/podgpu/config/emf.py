@@ -54,6 +54,10 @@ EMF_OPTIONS: tuple[Option, ...] = (
            "oldest events are dropped and counted", v.size, metavar="SIZE", shown="8M"),
     Option(("--emf-spool-dir",), "emf.spool_dir", "PODGPU_EMF_SPOOL_DIR", None,
            "keep unsent events in this directory too, so they survive a restart", metavar="DIR"),
+    Option(("--emf-identity",), "emf.identity", "PODGPU_EMF_IDENTITY", "agent",
+           "agent: namespace, names, dimensions and units as the CloudWatch agent path has them "
+           "(for serve: Namespace = podgpu's namespace); workload: Namespace = the workload's namespace, "
+           "NodeName, catalog units", v.choice("agent", "workload"), metavar="agent|workload"),
     Option(("--emf-keep-unmatched",), "emf.keep_unmatched", "PODGPU_EMF_KEEP_UNMATCHED", False,
            "also send series no declaration extracts, as plain (billed) log events", parse_bool,
            True),
@@ -66,10 +70,18 @@ SERVE_EMF_OPTIONS: tuple[Option, ...] = (
            "extra label KEY=VALUE on every EMF series (repeatable, or comma-separated), e.g. "
            "Service=nvidia-dcgm-exporter for the seed post's declarations", v.labels,
            metavar="KEY=VALUE", append=True),
-    Option(("--emf-job",), "emf.job", "PODGPU_EMF_JOB", "podgpu",
-           "the job label EMF series carry (the agent adds its scrape job's name)",
-           metavar="NAME"),
+    Option(("--emf-job",), "emf.job", "PODGPU_EMF_JOB", "kubernetes-service-endpoints",
+           "the job label EMF series carry: the name of the CloudWatch agent's scrape job they "
+           "replace (the agent's default Kubernetes job by default)", metavar="NAME"),
+    Option(("--emf-namespace",), "emf.namespace", "POD_NAMESPACE", "",
+           "the namespace podgpu runs in (the agent path's Namespace label; set POD_NAMESPACE "
+           "from the downward API)", metavar="NAME"),
+    Option(("--emf-pod-name",), "emf.pod_name", "POD_NAME", "",
+           "podgpu's own pod name (the agent path's pod_name label; POD_NAME from the downward "
+           "API)", metavar="NAME"),
 )
+_FROM_DOWNWARD_API = frozenset(("emf.namespace", "emf.pod_name"))
+"""Set by the manifests whether or not EMF is on: not an EMF flag given by mistake."""
 
 
 def section(resolved: Resolved, prefix: str) -> dict[str, object]:
@@ -92,7 +104,7 @@ def emf_settings(resolved: Resolved, options: tuple[Option, ...], *, required: b
             raise ConfigError("--cloudwatch-config FILE is required (the CloudWatch agent config "
                               "whose metric_declaration says what to extract)")
         changed = [o.name for o in options if o.dest.startswith("emf.")
-                   and resolved.values[o.dest] != o.default]
+                   and o.dest not in _FROM_DOWNWARD_API and resolved.values[o.dest] != o.default]
         if changed:
             raise ConfigError(f"{changed[0]} needs --cloudwatch-config FILE (the EMF sink is off)")
         return None

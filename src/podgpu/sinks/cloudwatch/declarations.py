@@ -336,3 +336,37 @@ def fill_placeholders(template: str, labels: Labels) -> str:
 def placeholder_labels(template: str) -> set[str]:
     """The label names a template's placeholders may read."""
     return {n for k, f in PLACEHOLDERS.items() if "{" + k + "}" in template for n in (k, f)}
+
+
+def resolve_log_names(group: str, stream: str, constant: Labels, *, per_event: bool
+                      ) -> tuple[str, str, list[str]]:
+    """The log group and stream for a sink whose every series carries `constant` labels.
+
+    Placeholders are filled from those labels as awsemf fills them from each series' (item 3).
+    `{PodName}` reads each series' `pod`: with `per_event` (the agent's EMF listener, which
+    routes every event by its `_aws`) it stays for the encoder to fill per event; otherwise
+    (one stream per process) it is a ConfigError. A placeholder no label answers becomes
+    "undefined", as in the agent, with a warning; other `{...}` text stays, with a warning when
+    it is in the group name (CloudWatch refuses braces there)."""
+    warnings: list[str] = []
+    out = []
+    for what, template in (("log group", group), ("log stream", stream)):
+        if "{PodName}" in template and "pod" not in constant and "PodName" not in constant:
+            if not per_event:
+                raise ConfigError(
+                    f"the {what} {template!r} names each series' pod ({{PodName}}): the agent "
+                    "writes one stream per pod; podgpu's cloudwatch and stdout destinations send "
+                    "to one group and stream, so use a fixed name, {JobName} or {ClusterName}")
+            out.append(template)  # filled per event by the encoder
+            continue
+        filled = fill_placeholders(template, constant)
+        for key, fallback in PLACEHOLDERS.items():
+            if "{" + key + "}" in template and not (constant.get(key) or constant.get(fallback)):
+                warnings.append(f"EMF: {{{key}}} in the {what} {template!r} has no value on these "
+                                f"series (no {key} or {fallback} label): it becomes "
+                                f"{UNDEFINED!r}, as in the agent")
+        if what == "log group" and ("{" in filled or "}" in filled):
+            warnings.append(f"EMF: the log group {filled!r} keeps braces (not a placeholder the "
+                            "agent knows): CloudWatch refuses such a name")
+        out.append(filled)
+    return out[0], out[1], warnings

@@ -138,6 +138,17 @@ class SeriesOptions:
     container_name: str = ""
     """podgpu's container name (agent identity's `container_name`)."""
 
+    def constant_labels(self) -> dict[str, str]:
+        """The labels every series of this node carries (for log group/stream placeholders)."""
+        if self.identity == AGENT:
+            out = self.target().target_labels()
+        else:
+            out = {"job": self.job, "instance": self.instance, "NodeName": self.node_name,
+                   **dict(self.extra)}
+        if self.cluster_name:
+            out.setdefault("ClusterName", self.cluster_name)
+        return {k: v for k, v in out.items() if v}
+
     def target(self) -> AgentTarget:
         return AgentTarget(job=self.job, instance=self.instance, namespace=self.namespace,
                            pod_name=self.pod_name, container_name=self.container_name,
@@ -159,6 +170,7 @@ class SeriesBuilder:
         if opts.identity not in IDENTITIES:
             raise ValueError(f"identity {opts.identity!r}: use agent or workload")
         self._opts = opts
+        self.options = opts
         self._target = opts.target()
         self._memo: dict[tuple[object, ...], LabelKey] = {}
 

@@ -194,3 +194,24 @@ def test_unreadable_files(tmp_path: Path) -> None:
     deep.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ConfigError, match=r"nested too deeply|expected a JSON object"):
         load_emf_config(str(deep))
+
+
+def test_log_names_as_the_agent_fills_them() -> None:
+    from podgpu.sinks.cloudwatch.declarations import (
+        DEFAULT_LOG_GROUP,
+        DEFAULT_LOG_STREAM,
+        resolve_log_names,
+    )
+
+    labels = {"ClusterName": "prod", "job": "kubernetes-service-endpoints", "Namespace": "g"}
+    group, stream, warnings = resolve_log_names(DEFAULT_LOG_GROUP, DEFAULT_LOG_STREAM, labels,
+                                                per_event=False)
+    assert (group, stream, warnings) == (
+        "/aws/containerinsights/prod/prometheus", "kubernetes-service-endpoints", [])
+    group, stream, warnings = resolve_log_names("/gpu/{NodeName}/{Other}", "{ServiceName}",
+                                                labels, per_event=False)
+    assert (group, stream) == ("/gpu/undefined/{Other}", "undefined")
+    assert len(warnings) == 3 and "braces" in warnings[-1]
+    assert resolve_log_names("/g", "{PodName}", labels, per_event=True)[1] == "{PodName}"
+    with pytest.raises(ConfigError, match="names each series' pod"):
+        resolve_log_names("/g", "{PodName}", labels, per_event=False)
