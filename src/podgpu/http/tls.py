@@ -9,7 +9,7 @@ front context when the connection began. So a reload builds a complete new curre
 also writes those per-connection settings onto the front one. Everything runs on the event loop
 thread, between handshakes.
 
-What Python's `ssl` cannot do, compared with Go's crypto/tls (docs/security.md):
+What Python's `ssl` cannot do, compared with Go's crypto/tls (docs/web-config.md):
 - TLS 1.3 cipher suites are not configurable (Go ignores `cipher_suites` for 1.3 as well);
 - one curve only (`set_ecdh_curve`), so `curve_preferences` uses its first entry;
 - no "require any certificate without verifying it" (RequireAnyClientCert is refused at parse);

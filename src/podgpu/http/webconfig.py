@@ -8,7 +8,7 @@ Strict like the toolkit (unknown and duplicate keys are errors). Every problem i
 file, line and key path; values that may be secret (inline keys, password hashes) never appear in a
 message, and YAML syntax errors are reported without the source excerpt PyYAML would print.
 Where podgpu is stricter than the toolkit (both `cert` and `cert_file`, `RequireAnyClientCert`,
-SANs without verification, `burst: 0`) it says why in the message; docs/security.md lists them.
+SANs without verification, `burst: 0`) it says why in the message; docs/web-config.md lists them.
 """
 
 from __future__ import annotations
