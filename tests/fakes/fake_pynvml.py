@@ -172,7 +172,10 @@ class FakeGpu:
     event_types: int = 0xFF9F
     hold: threading.Event | None = None
     """Fault injection (issue 13): while set to an unset Event, every call on this GPU blocks,
-    as a call into a wedged driver does."""
+    as a call into a wedged driver does (handle lookups by index or UUID included)."""
+    hold_only: frozenset[str] = frozenset()
+    """With `hold`: block only in these NVML functions (e.g. discovery, MIG enumeration, P2P;
+    issue 17), not in every call."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,11 @@ class _EventSet:
         self.registered: dict[str, int] = {}
         self.queue: collections.deque[SimpleNamespace] = collections.deque()
         self.cond = threading.Condition()
+
+
+def _hold(gpu: FakeGpu, name: str) -> None:
+    if gpu.hold is not None and (not gpu.hold_only or name in gpu.hold_only):
+        gpu.hold.wait()
 
 
 class FakeNvml(ModuleType):
@@ -261,8 +269,7 @@ class FakeNvml(ModuleType):
         if handle is None:
             return None
         gpu = handle.gpu
-        if gpu.hold is not None:
-            gpu.hold.wait()
+        _hold(gpu, name)
         if gpu.lost:
             raise NVMLError(GPU_IS_LOST)
         if name in gpu.errors:
@@ -312,6 +319,7 @@ class FakeNvml(ModuleType):
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Handle:
         self._tick("nvmlDeviceGetHandleByIndex")
         gpu = self.gpus[index]
+        _hold(gpu, "nvmlDeviceGetHandleByIndex")
         if gpu.lost:
             raise NVMLError(GPU_IS_LOST)
         return Handle(gpu)
@@ -320,6 +328,7 @@ class FakeNvml(ModuleType):
         self._tick("nvmlDeviceGetHandleByUUID")
         for gpu in self.gpus:
             if gpu.uuid == uuid:
+                _hold(gpu, "nvmlDeviceGetHandleByUUID")
                 if gpu.lost:
                     raise NVMLError(GPU_IS_LOST)
                 return Handle(gpu)

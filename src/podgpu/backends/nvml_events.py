@@ -73,6 +73,7 @@ class EventWatcher:
             uuid: WindowCounter(xid_window, clock) for uuid, _ in gpus
         }
         self._unsupported: dict[str, str] = {}
+        self._known: set[str] = {uuid for uuid, _ in gpus}
         self._pending: collections.deque[tuple[str, Any]] = collections.deque()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -107,7 +108,16 @@ class EventWatcher:
 
     def reregister(self, uuid: str, handle: Any) -> None:
         """A GPU came back with a new handle: register it again, from the event thread."""
+        with self._lock:
+            self._known.add(uuid)
         self._pending.append((uuid, handle))
+
+    def ensure(self, uuid: str, handle: Any) -> None:
+        """Register a GPU not registered yet (one whose discovery finished after open())."""
+        with self._lock:
+            if uuid in self._known:
+                return
+        self.reregister(uuid, handle)
 
     def record(self, uuid: str, xid: int) -> None:
         """Record one XID for a GPU (the event thread calls this; tests may too)."""

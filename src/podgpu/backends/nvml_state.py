@@ -17,8 +17,12 @@ from podgpu.model import Device
 
 @dataclass
 class GpuState:
-    """Everything podgpu keeps about one physical GPU between cycles. Only the thread reading
-    this GPU in a cycle touches it (the collector calls `read` from one thread)."""
+    """Everything podgpu keeps about one physical GPU between cycles.
+
+    Owned by that GPU's worker thread (backends/nvml_gpu.py): discovery, rediscovery, MIG
+    re-enumeration, reads and its P2P row all run there, and the collect thread only ever sees
+    the immutable `GpuView` the worker hands back (issue 17 item 2). No lock is needed because
+    no other thread touches it."""
 
     index: int
     uuid: str = ""
@@ -34,7 +38,16 @@ class GpuState:
     clock_events: WindowCounter | None = None
     proc_timestamp: int = 0
     lost: str | None = None
+    lost_xid: int = 0
+    """79 when NVML said GpuIsLost (fallen off the bus), else 0."""
     retry_at: float = 0.0
+    mig_dirty: bool = False
+    """An instance handle went stale: re-enumerate on this GPU's next cycle."""
+    registered: bool = False
+    """Registered with the XID event thread since the last (re)discovery."""
+    p2p_key: tuple[str, ...] = ()
+    p2p_row: dict[int, int] = field(default_factory=dict)
+    """Peer GPU index -> nvmlGpuP2PStatus_t, asked once per set of live peers (`p2p_key`)."""
 
     @property
     def name(self) -> str:

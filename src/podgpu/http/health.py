@@ -1,15 +1,17 @@
-"""/health: is the *exporter* working? Pure function of the published state (issue 9 item 6).
+"""/health: is the *exporter* working? Pure function of the published state (issues 9, 17).
 
 dcgm-exporter's Helm chart points both liveness and readiness at `/health`. A 503 there restarts
 the pod in a loop and, while it is not ready, drops it from the Service's endpoints, so the
 healthy GPUs of that node stop being scraped too. So `/health` answers 503 only when restarting
-could help or nothing can be served: no collection yet, collection stale, or every GPU of the
-node unreadable. A lost GPU, a partly failing backend or a missing kubelet keep it at 200 with
-`status: degraded` and the reasons in `warnings`; the metrics show the same
+podgpu could help: no collection has completed yet, or the last one is stale (the collect loop is
+stuck). Lost GPUs, every GPU of the node included, a failing backend, or a missing kubelet keep it
+at 200 with `status: degraded` and the reasons in `warnings`: a restart does not bring a GPU back,
+and a one-GPU node whose GPU fell off the bus must keep exporting its XID 79 and health FAIL
+instead of crash-looping (dcgm-exporter answers 200 there too). The metrics say the same
 (`podgpu_devices{state="lost"}`, `podgpu_collect_success`).
 
 `/health/gpus` is the strict variant: 503 as soon as any GPU is lost or the backend failed. Use it
-for alerting or a node-problem probe, never for liveness (a restart does not bring a GPU back).
+for alerting or a node-problem probe, never for liveness.
 """
 
 from __future__ import annotations
@@ -40,16 +42,11 @@ def health(published: Published | None, now: float, interval: float, backend: st
         reasons.append(f"last collection {age:.1f} s ago (limit {limit:.1f} s)")
     st = snap.stage("backend")
     backend_failed = st is not None and not st.ok and not snap.lost_devices
-    if not snap.samples:
-        # nothing can be served: a restart (re-initialising the driver library) may help
-        if snap.lost_devices:
-            reasons.append("every GPU is unreadable")
-        elif backend_failed:
-            reasons.append(f"backend: {st.error if st is not None and st.error else 'failed'}")
-        else:
-            reasons.append("no GPU devices")
-    elif backend_failed:
+    live = sum(1 for s in snap.samples if s.lost is None)
+    if backend_failed:
         warnings.append(f"backend: {st.error if st is not None and st.error else 'failed'}")
+    elif not snap.samples and not snap.lost_devices:
+        warnings.append("no GPU devices")
     for dev, why in snap.lost_devices:
         warnings.append(f"{dev}: {why}")
     if snap.attribution_status.startswith("unavailable"):
@@ -62,7 +59,7 @@ def health(published: Published | None, now: float, interval: float, backend: st
         "reasons": reasons,
         "warnings": warnings,
         "backend": backend,
-        "devices": len(snap.samples),
+        "devices": live,
         "lost_devices": [d for d, _ in snap.lost_devices],
         "last_collect_age_seconds": round(age, 3),
         "kubelet": snap.attribution_status,

@@ -10,7 +10,6 @@ Value = int | float | str
 """A field's value in DCGM's unit: int for DCGM_FT_INT64, float for DCGM_FT_DOUBLE, str for labels."""
 
 
-
 def _empty_values() -> Mapping[str, Value]:
     return MappingProxyType({})
 
@@ -71,6 +70,9 @@ class Sample:
     missing: Mapping[str, str] = field(default_factory=_empty_reasons)
     labeled: tuple[LabeledValue, ...] = ()
     """Series with extra labels, e.g. DCGM_EXP_XID_ERRORS_COUNT{window_size_in_ms,xid}."""
+    lost: str | None = None
+    """Why the device is lost (fell off the bus), or None. A lost GPU keeps a sample with its
+    identity, label fields, XID and health FAIL only, so its alerts keep firing (issue 17)."""
 
 
 @dataclass(frozen=True, slots=True)

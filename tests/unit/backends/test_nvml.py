@@ -41,6 +41,11 @@ def fields(*names: str) -> list[Field]:
     return [BY_NAME[n] for n in names]
 
 
+def live(samples: tuple[Sample, ...]) -> list[Sample]:
+    """The samples of GPUs that answered (a lost GPU keeps a sample with `lost` set)."""
+    return [s for s in samples if s.lost is None]
+
+
 def by_index(samples: tuple[Sample, ...]) -> dict[int, Sample]:
     return {s.device.index: s for s in samples if not s.device.is_mig}
 
@@ -171,14 +176,17 @@ def test_gpu_lost_mid_run_others_keep_reporting_then_recovers(nv: FakeNvml) -> N
         assert len(b.read(wanted).samples) == 2
         nv.gpus[1].lost = True
         r = b.read(wanted)
-        assert [s.device.index for s in r.samples] == [0]
+        assert [s.device.index for s in live(r.samples)] == [0]
+        # the lost GPU keeps a sample: identity only here (no XID/health field was asked for)
+        (gone,) = [s for s in r.samples if s.lost is not None]
+        assert gone.device.uuid == nv.gpus[1].uuid and dict(gone.values) == {}
         assert r.lost[0][0] == "nvidia1" and "lost" in r.lost[0][1].lower()
         assert r.errors >= 1
         assert [d.index for d in b.devices()] == [0]
         nv.gpus[1].lost = False
         clock.advance(1.0)  # before retry_seconds: still reported lost, not probed
         r = b.read(wanted)
-        assert [s.device.index for s in r.samples] == [0] and r.lost[0][0] == "nvidia1"
+        assert [s.device.index for s in live(r.samples)] == [0] and r.lost[0][0] == "nvidia1"
         clock.advance(5.0)
         r = b.read(wanted)
         assert [s.device.index for s in r.samples] == [0, 1] and r.lost == ()
@@ -194,7 +202,7 @@ def test_unknown_error_counts_as_lost(nv: FakeNvml) -> None:
         r = b.read(fields("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_GPU_UTIL"))
     finally:
         b.close()
-    assert [s.device.index for s in r.samples] == [1]
+    assert [s.device.index for s in live(r.samples)] == [1]
     assert r.lost[0][0] == "nvidia0"
 
 
@@ -303,7 +311,7 @@ def test_gpm_first_cycle_waits_only_the_rest_of_100ms() -> None:
     nv = FakeNvml(gpus(1), clock=clock)
     b = opened(nv, clock)
     slept: list[float] = []
-    stream = b._gpus[0].gpm
+    stream = b._runners[0]._gpu.gpm
     assert stream is not None
     stream._clock = clock  # the fake clock drives the 100 ms rule
     stream._taken_at = clock()

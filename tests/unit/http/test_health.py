@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 from podgpu.http.health import health, stale_after
 from podgpu.http.publish import Published
 from podgpu.model import Snapshot, StageResult
@@ -43,18 +45,26 @@ def test_lost_gpu_keeps_200_with_the_loss_in_the_body_and_strict_probe_fails() -
     assert code == 503 and body["status"] == "unhealthy"
 
 
-def test_every_gpu_unreadable_or_backend_down_is_503() -> None:
+def test_every_gpu_lost_or_backend_down_is_200_degraded_only_stale_is_503() -> None:
+    # issue 17: a one-GPU node whose GPU fell off the bus must not be restarted by the chart's
+    # liveness probe (dcgm-exporter answers 200); only the strict probe fails
     snap = simulated_snapshot(2)
-    all_lost = Snapshot(taken_at=snap.taken_at, samples=(),
+    lost = tuple(replace(s, values={}, lost="GPU is lost") for s in snap.samples)
+    all_lost = Snapshot(taken_at=snap.taken_at, samples=lost,
                         stages=(StageResult("backend", 0.01, False, "lost"),),
                         lost_devices=(("gpu 0 (GPU-a)", "GPU is lost"),
                                       ("gpu 1 (GPU-b)", "GPU is lost")))
     code, body = health(pub(all_lost), all_lost.taken_at, 1.0, "nvml")
-    assert code == 503 and body["reasons"] == ["every GPU is unreadable"]
+    assert code == 200 and body["status"] == "degraded" and body["reasons"] == []
+    assert body["devices"] == 0 and body["lost_devices"] == ["gpu 0 (GPU-a)", "gpu 1 (GPU-b)"]
+    assert health(pub(all_lost), all_lost.taken_at, 1.0, "nvml", strict=True)[0] == 503
+    code, body = health(pub(all_lost), all_lost.taken_at + stale_after(1.0) + 1, 1.0, "nvml")
+    assert code == 503 and "last collection" in body["reasons"][0]
     broken = Snapshot(taken_at=snap.taken_at, samples=(),
                       stages=(StageResult("backend", 0.01, False, "RuntimeError: boom"),))
     code, body = health(pub(broken), broken.taken_at, 1.0, "nvml")
-    assert code == 503 and "backend: RuntimeError: boom" in body["reasons"]
+    assert code == 200 and body["warnings"] == ["backend: RuntimeError: boom"]
+    assert health(pub(broken), broken.taken_at, 1.0, "nvml", strict=True)[0] == 503
 
 
 def test_partial_backend_failure_is_a_warning_not_a_failure() -> None:

@@ -64,7 +64,8 @@ def render_self_metrics(
     out.append(f"podgpu_last_collect_timestamp_seconds {format_seconds(snapshot.taken_at)}\n")
 
     out.append(family_header("podgpu_devices", "Devices by state in the last cycle.", "gauge"))
-    out.append(f'podgpu_devices{{state="ok"}} {len(snapshot.samples)}\n')
+    ok = sum(1 for s in snapshot.samples if s.lost is None)  # a lost GPU keeps a sample
+    out.append(f'podgpu_devices{{state="ok"}} {ok}\n')
     out.append(f'podgpu_devices{{state="lost"}} {len(snapshot.lost_devices)}\n')
 
     # listed rows no device of this node can export (issue 9): node-wide, without device labels
