@@ -1,0 +1,46 @@
+"""/health/ready: readiness, which differs from /health (liveness) while the driver is awaited.
+
+Why two paths: a node is labelled for GPUs before its NVIDIA driver is ready, and podgpu then
+waits for it in-process (backends/driverwait.py). During that wait the pod must not be Ready (no
+GPU series to scrape, and `kubectl rollout status` should not count it) but must not be
+restarted either (a restart only adds back-off delay): /health, the liveness verdict, stays 200
+while collection runs, and this readiness verdict is 503 with the reason until NVML answers.
+Otherwise it is /health's verdict, so a node whose GPU fell off the bus stays Ready and keeps
+exporting its XID and health series.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from podgpu.http.health import health
+from podgpu.http.publish import Publisher
+
+READY_PATH = "/health/ready"
+
+
+def readiness(status: int, body: dict[str, Any], waiting: str | None) -> tuple[int, dict[str, Any]]:
+    """/health's (status, body) turned into the readiness answer: 503 while `waiting`."""
+    if waiting is None:
+        return status, body
+    return 503, {**body, "status": "waiting", "reasons": [*body.get("reasons", ()), waiting]}
+
+
+def add_ready_route(app: web.Application, publisher: Publisher, *, interval: float,
+                    backend: str, waiting: Callable[[], str | None]) -> None:
+    """Register READY_PATH on `app` (before it starts); `waiting` is DriverWait.waiting or a
+    function returning None."""
+
+    async def ready(_request: web.Request) -> web.Response:
+        status, body = readiness(*health(publisher.current, time.time(), interval, backend),
+                                 waiting())
+        return web.Response(status=status, text=json.dumps(body) + "\n",
+                            content_type="application/json",
+                            headers={"X-Content-Type-Options": "nosniff"})
+
+    app.router.add_get(READY_PATH, ready)

@@ -1,0 +1,117 @@
+"""DriverWait around the real NvmlBackend, with the fake pynvml failing nvmlInit until the test
+lets the driver "appear" (the fake injects the fault; the backend and the wrapper are real)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from podgpu.backends.driverwait import DriverWait
+from podgpu.backends.nvml import NvmlBackend
+from podgpu.errors import BackendError
+from podgpu.fields.catalog import BY_NAME
+from podgpu.http.ready import readiness
+from tests.fakes.fake_pynvml import DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+
+FIELDS = [BY_NAME["DCGM_FI_DEV_GPU_TEMP"]]
+
+
+def until(cond: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not met")
+
+
+def test_waits_without_gpus_then_serves_them_when_the_driver_appears() -> None:
+    nv = FakeNvml([FakeGpu("GPU-11111111-0000-0000-0000-000000000000")],
+                  init_error=LIBRARY_NOT_FOUND)
+    w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.02)  # type: ignore[arg-type]
+    w.open()  # does not raise
+    try:
+        assert w.devices() == () and w.info() == {} and w.unavailable_fields() == {}
+        assert w.read(FIELDS).samples == ()
+        reason = w.waiting()
+        assert reason is not None and "libnvidia-ml.so.1" in reason and "waiting" in reason
+        until(lambda: nv.calls["nvmlInit"] >= 3)  # it keeps trying
+        assert w.waiting() is not None
+        nv.init_error = None  # the driver is installed
+        until(lambda: w.waiting() is None)
+        (sample,) = w.read(FIELDS).samples
+        assert sample.device.uuid == "GPU-11111111-0000-0000-0000-000000000000"
+        assert w.info()["driver_version"] == nv.driver
+    finally:
+        w.close()
+    assert nv.initialized == 0  # closed the NVML it opened
+
+
+def test_a_driver_that_is_there_opens_at_once_without_a_thread() -> None:
+    nv = FakeNvml([FakeGpu("GPU-22222222-0000-0000-0000-000000000000")])
+    before = threading.active_count()
+    w = DriverWait(NvmlBackend(pynvml_module=nv))  # type: ignore[arg-type]
+    w.open()
+    try:
+        assert w.waiting() is None and len(w.devices()) == 1
+        assert not [t for t in threading.enumerate() if t.name == "podgpu-driver-wait"]
+        assert threading.active_count() >= before
+    finally:
+        w.close()
+
+
+def test_a_missing_binding_is_not_waited_for() -> None:
+    class NoBinding:
+        name = "nvml"
+
+        def open(self) -> None:
+            try:
+                raise ImportError("No module named 'pynvml'")
+            except ImportError as exc:
+                raise BackendError("the NVML backend needs nvidia-ml-py") from exc
+
+    with pytest.raises(BackendError, match="nvidia-ml-py"):
+        DriverWait(NoBinding()).open()  # type: ignore[arg-type]
+
+
+def test_logs_once_a_minute_not_once_an_attempt(caplog: pytest.LogCaptureFixture) -> None:
+    """With log_every scaled down: many attempts, few lines (a ratio, not a timing)."""
+    nv = FakeNvml([FakeGpu("GPU-33333333-0000-0000-0000-000000000000")],
+                  init_error=DRIVER_NOT_LOADED)
+    caplog.set_level(logging.WARNING, logger="podgpu.backends.driverwait")
+    w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.005, max_delay=0.005,  # type: ignore[arg-type]
+                   log_every=0.25)
+    w.open()
+    try:
+        until(lambda: nv.calls["nvmlInit"] >= 120)
+    finally:
+        w.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert "waiting for the NVIDIA driver: NVIDIA driver not loaded" in lines[0]
+    still = [m for m in lines if m.startswith("still waiting")]
+    assert 1 <= len(still) < nv.calls["nvmlInit"] / 10, (len(still), nv.calls["nvmlInit"])
+    assert all("kernel module" in m for m in still)
+
+
+def test_close_while_waiting_stops_retrying() -> None:
+    nv = FakeNvml(init_error=LIBRARY_NOT_FOUND)
+    w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.01)  # type: ignore[arg-type]
+    w.open()
+    until(lambda: nv.calls["nvmlInit"] >= 2)
+    w.close()
+    calls = nv.calls["nvmlInit"]
+    time.sleep(0.1)
+    assert nv.calls["nvmlInit"] == calls
+    assert not [t for t in threading.enumerate() if t.name == "podgpu-driver-wait"]
+
+
+def test_readiness_is_503_while_waiting_and_health_otherwise() -> None:
+    body = {"status": "degraded", "reasons": [], "warnings": ["no GPU devices"]}
+    status, ready = readiness(200, body, "waiting for the NVIDIA driver for 3 s (2 attempts): x")
+    assert status == 503 and ready["status"] == "waiting"
+    assert ready["reasons"] == ["waiting for the NVIDIA driver for 3 s (2 attempts): x"]
+    assert readiness(200, body, None) == (200, body)
+    assert readiness(503, {"status": "unhealthy", "reasons": ["stale"]}, None)[0] == 503
