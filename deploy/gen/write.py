@@ -16,7 +16,9 @@ def files(kind: str) -> dict[str, str]:
                 "tests/podgpu.rules.test.yml": ruletests.render(),
                 "podgpu-accounting.rules.yml": accounting.render_plain(),
                 "podgpu-accounting-rules.yaml": accounting.render_prometheusrule(),
-                "tests/podgpu-accounting.rules.test.yml": accounting_tests.render()}
+                "tests/podgpu-accounting.rules.test.yml": accounting_tests.render(),
+                "podgpu-opencost.rules.yml": accounting.render_opencost(),
+                "tests/podgpu-opencost.rules.test.yml": accounting_tests.render_opencost()}
     if kind == "dashboard":
         from deploy.gen import dashboard
 

@@ -67,6 +67,18 @@ def test_prometheusrule_matches_the_prometheus_operator_crd() -> None:
     assert [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(doc)] == []
 
 
+def test_opencost_rule_gives_opencost_the_allocated_share() -> None:
+    """The recorded container_gpu_allocation is each container's share of a GPU (1, 1, 0.5,
+    0.5 in the simulated node), and OpenCost's own allocation query over it returns the same."""
+    r = run("check", "rules", str(PROM_DIR / "podgpu-opencost.rules.yml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run("test", "rules", "podgpu-opencost.rules.test.yml", cwd=PROM_DIR / "tests")
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    doc = yaml.safe_load((PROM_DIR / "tests" / "podgpu-opencost.rules.test.yml").read_text())
+    values = sorted(s["value"] for s in doc["tests"][0]["promql_expr_test"][1]["exp_samples"])
+    assert values == [0.5, 0.5, 1.0, 1.0]
+
+
 def test_the_alert_names_the_namespace() -> None:
     for a in accounting.alerts():
         assert "$labels.namespace" in a.summary and "$labels.namespace" in a.description
