@@ -137,6 +137,17 @@ class OutputSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AccountingSettings:
+    """Per-pod GPU accounting counters (issue 21, docs/accounting.md)."""
+
+    enabled: bool = True
+    grace_seconds: float = 600.0
+    """How long a finished pod's counters stay exported."""
+    max_gap_seconds: float = 300.0
+    """Longest gap between two snapshots that is integrated (podgpu stalled beyond it)."""
+
+
+@dataclass(frozen=True, slots=True)
 class LogSettings:
     debug: bool = False
     format: str = "text"
@@ -154,6 +165,7 @@ class ServeSettings:
     log: LogSettings = field(default_factory=LogSettings)
     emf: EmfSettings | None = None
     simulation: SimulationSettings | None = None
+    accounting: AccountingSettings = field(default_factory=AccountingSettings)
     warnings: tuple[str, ...] = ()
 
     def __getattr__(self, name: str) -> Any:

@@ -31,6 +31,7 @@ from podgpu.settings import (
     DEFAULT_HTTP_REQUEST_TIMEOUT,
     DEFAULT_KUBELET_SOCKET,
     DEFAULT_WINDOW_MS,
+    AccountingSettings,
     CollectSettings,
     HttpSettings,
     KubernetesSettings,
@@ -129,6 +130,16 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option(("--web-config-file",), "http.web_config_file", "DCGM_EXPORTER_WEB_CONFIG_FILE", None,
            "exporter-toolkit web config: TLS, client certificates, bcrypt basic auth, response "
            "headers; followed while running (docs/web-config.md)", metavar="FILE"),
+    Option(("--accounting",), "accounting.enabled", "PODGPU_ACCOUNTING", True,
+           "per-pod GPU accounting counters: allocated, used and energy GPU-seconds "
+           "(docs/accounting.md); --accounting=false turns them off", parse_bool, True),
+    Option(("--accounting-grace-period",), "accounting.grace_seconds",
+           "PODGPU_ACCOUNTING_GRACE_PERIOD", 600.0, "seconds a finished pod's accounting "
+           "counters stay exported (so Prometheus scrapes their last value)",
+           v.seconds_between(0.0, 86_400.0), metavar="SECONDS"),
+    Option(("--accounting-max-gap",), "accounting.max_gap_seconds", "PODGPU_ACCOUNTING_MAX_GAP",
+           300.0, "longest gap between two collections that accounting integrates (seconds)",
+           v.seconds_between(1.0, 3600.0), metavar="SECONDS"),
     *EMF_OPTIONS,
     *SERVE_EMF_OPTIONS,
 )
@@ -200,9 +211,10 @@ def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSet
     simulation = SimulationSettings(**sim) if sim["spec"] else None  # type: ignore[arg-type]
     output = OutputSettings(hostname=node_name or socket.gethostname(),
                             **section(r, "output"))  # type: ignore[arg-type]
+    accounting = AccountingSettings(**section(r, "accounting"))  # type: ignore[arg-type]
     return ServeSettings(collect=collect, kubernetes=kubernetes, http=http, output=output,
                          log=log_settings(r), emf=emf, simulation=simulation,
-                         warnings=tuple(warnings))
+                         accounting=accounting, warnings=tuple(warnings))
 
 
 def serve_parser(prog: str = "podgpu serve") -> argparse.ArgumentParser:
