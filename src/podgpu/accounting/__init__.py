@@ -7,6 +7,7 @@ See docs/accounting.md for the definitions.
 """
 
 from podgpu.accounting.integrate import Entry, Options, State, advance
-from podgpu.accounting.source import Accountant
+from podgpu.accounting.source import Accountant, build_accountant, with_accounting_fields
 
-__all__ = ["Accountant", "Entry", "Options", "State", "advance"]
+__all__ = ["Accountant", "Entry", "Options", "State", "advance", "build_accountant",
+           "with_accounting_fields"]

@@ -8,12 +8,45 @@ for it, and a label-text cache bounded by the live holders.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Protocol
 
 from podgpu.accounting.integrate import Options, State, advance
 from podgpu.accounting.render import emf_items, render_families
-from podgpu.accounting.shares import HolderKey
+from podgpu.accounting.shares import FIELDS, HolderKey
+from podgpu.fields.catalog import Field, lookup
 from podgpu.model import Snapshot
+from podgpu.settings import AccountingSettings
 from podgpu.sinks.prometheus.labels import LabelOptions, Pairs
+
+
+class UsesFields(Protocol):
+    def use_fields(self, fields: tuple[Field, ...]) -> None: ...
+
+
+def build_accountant(settings: AccountingSettings, labels: LabelOptions) -> Accountant | None:
+    """The accountant of `podgpu serve`, None with --accounting=false."""
+    if not settings.enabled:
+        return None
+    return Accountant(labels, Options(grace_seconds=settings.grace_seconds,
+                                      max_gap_seconds=settings.max_gap_seconds))
+
+
+def with_accounting_fields(fields: tuple[Field, ...]) -> tuple[Field, ...]:
+    """`fields` plus the ones accounting reads (shares.FIELDS) that the metric list leaves out:
+    they are collected but not exported, since the exposition prints the list's rows only."""
+    have = {f.name for f in fields}
+    extra = tuple(f for name in FIELDS if name not in have and (f := lookup(name)) is not None)
+    return fields + extra
+
+
+class _WithAccountingFields:
+    """A collector whose metric list is switched (SIGHUP) keeps the fields accounting reads."""
+
+    def __init__(self, collector: UsesFields) -> None:
+        self._collector = collector
+
+    def use_fields(self, fields: tuple[Field, ...]) -> None:
+        self._collector.use_fields(with_accounting_fields(fields))
 
 
 class Accountant:
@@ -40,6 +73,11 @@ class Accountant:
         if len(self._cache) > 2 * len(self.state.entries) + 64:
             self._cache.clear()
         return render_families(self.state, self._labels, self._cache)
+
+    def fields_target(self, collector: UsesFields) -> UsesFields:
+        """What a metric-list switch should be applied to: the collector, keeping accounting's
+        fields."""
+        return _WithAccountingFields(collector)
 
     def emf_items(self) -> Iterator[tuple[Pairs, list[tuple[str, float]]]]:
         """(label pairs, [(counter, total)]) per holder for the EMF sink."""

@@ -183,6 +183,11 @@ class SeriesBuilder:
             key = self._memo[memo_key] = self._finish(pairs, kind)
         return key
 
+    def key(self, pairs: tuple[tuple[str, str], ...], kind: str) -> LabelKey:
+        """The label key of a series from another source of this node (issue 21's accounting
+        counters), finished as the snapshot's own series are."""
+        return self._key(pairs, kind)
+
     def _finish(self, pairs: tuple[tuple[str, str], ...], kind: str) -> LabelKey:
         o = self._opts
         if o.identity == AGENT:

@@ -18,7 +18,7 @@ from podgpu.sinks.cloudwatch.destinations import Destination
 from podgpu.sinks.cloudwatch.encode import Encoder
 from podgpu.sinks.cloudwatch.queue import EventQueue, Handoff
 from podgpu.sinks.cloudwatch.sender import EmfStats, Sender
-from podgpu.sinks.cloudwatch.series import Item, LabelKey, SeriesBuilder
+from podgpu.sinks.cloudwatch.series import COUNTER, Item, LabelKey, SeriesBuilder
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
 from podgpu.sinks.prometheus.text import family_header, format_seconds
 
@@ -59,6 +59,15 @@ class EmfSink:
         """Add one snapshot; hand a closed window to the sink's thread. Never blocks."""
         assert self._builder is not None, "a sink without a SeriesBuilder takes offer_series()"
         self.offer_series(snapshot.taken_at, self._builder.series(snapshot))
+
+    def offer_counters(self, taken_at: float,
+                       counters: Iterable[tuple[tuple[tuple[str, str], ...], list[Item]]]) -> None:
+        """Add counters of this node from outside the snapshot (issue 21's accounting totals),
+        labelled like the snapshot's series; they become per-interval deltas like any counter."""
+        assert self._builder is not None, "a sink without a SeriesBuilder takes offer_series()"
+        key = self._builder.key
+        self.offer_series(taken_at, ((key(pairs, COUNTER), COUNTER, items)
+                                     for pairs, items in counters))
 
     def offer_series(self, taken_at: float, series: Iterable[tuple[LabelKey, str, list[Item]]]
                      ) -> None:
