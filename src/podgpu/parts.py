@@ -24,8 +24,14 @@ log = logging.getLogger("podgpu")
 
 def load_metrics(collect: CollectSettings, kube_configuration: Any = None) -> MetricList:
     """-m (a ConfigMap through the Kubernetes API) wins over -f, as in dcgm-exporter; else -f;
-    else the embedded default. `kube_configuration` is for tests (None: in-cluster)."""
-    from podgpu.fields.metriclist import load_default, load_metric_list, parse_metric_list
+    else dcgm-exporter's default path when a file is there; else the embedded default.
+    `kube_configuration` is for tests (None: in-cluster)."""
+    from podgpu.fields.metriclist import (
+        load_default,
+        load_metric_list,
+        parse_metric_list,
+        resolve_list_path,
+    )
 
     if collect.configmap is not None:
         from podgpu.attribution.podwatch import read_configmap
@@ -33,9 +39,8 @@ def load_metrics(collect: CollectSettings, kube_configuration: Any = None) -> Me
         ns, name = collect.configmap
         text = read_configmap(ns, name, configuration=kube_configuration)
         return parse_metric_list(text, f"configmap {ns}/{name} (key metrics)")
-    if collect.collectors is None:
-        return load_default()
-    return load_metric_list(collect.collectors)
+    path = resolve_list_path(collect.collectors, collect.default_list)
+    return load_default() if path is None else load_metric_list(path)
 
 
 def make_scenario(settings: ServeSettings) -> Scenario | None:

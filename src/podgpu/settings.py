@@ -33,7 +33,10 @@ class CollectSettings:
 
     interval_ms: int = DEFAULT_COLLECT_INTERVAL_MS
     collectors: str | None = None
-    """-f: a metric list file; None: the default list."""
+    """-f: a metric list file; None: `default_list` when that file exists, else the embedded
+    default (as dcgm-exporter, whose -f defaults to that path)."""
+    default_list: str = "/etc/dcgm-exporter/default-counters.csv"
+    """Where dcgm-exporter's charts mount the list when no -f is given (a parameter for tests)."""
     configmap: tuple[str, str] | None = None
     """-m: (namespace, name) of a ConfigMap whose `metrics` key holds the list; wins over -f."""
     devices: DeviceSelection = field(default_factory=DeviceSelection)
