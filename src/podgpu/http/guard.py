@@ -11,22 +11,34 @@ system resource" thousands of times a second.
 The guard is the listener's protocol factory: each connection gets a `GuardedHandler` (aiohttp's
 `RequestHandler` with three hooks) that reports to one `ConnectionGuard`:
 
-- a connection must complete each request (head read, response written) within
-  `request_timeout` of connecting, or of its first byte after the previous response; otherwise it
-  is closed. This covers slowloris heads, slow bodies and clients that do not read the answer.
+- a connection is counted from the moment it is accepted, TLS ones included (http.tlsconn tells
+  the guard before the handshake), and must complete each request (TLS handshake, head read,
+  response written) within `request_timeout` of connecting or of its first byte after the
+  previous response; requests pipelined behind it share that deadline (all answered and the
+  connection idle in time). Otherwise it is closed with a reset. This covers slowloris heads,
+  slow bodies, silent TLS connects and clients that do not read the answer (issue 19: pipelined
+  requests used to run without a deadline).
 - idle keep-alive connections are closed by aiohttp after `keepalive_timeout`.
 - at `max_connections`, the oldest connection that has not yet completed a request is closed to
   make room (a well-behaved scraper sends its request at once, so it is never the oldest); when
-  every connection has completed one, the one idle longest goes; failing that, the newcomer.
+  every connection has completed one, the one idle longest goes; then the one whose current
+  request has waited longest; failing that, the newcomer.
 - the cap stays below the process's file-descriptor limit, so accept() does not run out of
   descriptors in the first place.
+- per-connection buffers are small and fixed: at most `READ_SIZE` bytes are read from a socket
+  at once, at most `MAX_PIPELINED` requests are parsed ahead, and writing pauses as soon as the
+  socket's buffer holds anything (a client that does not read holds at most one chunk of an
+  answer in podgpu's memory: server.py writes /metrics in `WRITE_CHUNK` pieces).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import resource
+import socket
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -35,7 +47,9 @@ from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http import HttpRequestParser
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +71,15 @@ MAX_LINE_SIZE = 8190
 MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
 LOG_EVERY_SECONDS = 60.0
+MAX_PIPELINED = 1
+"""Requests parsed ahead of the one being answered (aiohttp's default is 32)."""
+READ_SIZE = 1024
+"""Bytes read from a plain socket at once (asyncio's default is 256 KiB), bounding what one read
+can add to the parser's buffer."""
+WRITE_CHUNK = 4 * 1024
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the queue
+"""Pieces /metrics is written in; with writing paused on any queued byte, the most of an answer
+a non-reading client keeps in memory."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +156,7 @@ class ConnectionGuard:
         self._kwargs = limits.handler_kwargs()
         self._fresh: OrderedDict[GuardedHandler, None] = OrderedDict()  # no request done yet
         self._idle: OrderedDict[GuardedHandler, None] = OrderedDict()   # between requests
+        self._busy: OrderedDict[GuardedHandler, None] = OrderedDict()   # a later request
         self._open: set[GuardedHandler] = set()
         self.rate_log = RateLimitedLog(log)
         self.evicted = 0
@@ -159,23 +183,38 @@ class ConnectionGuard:
         """First bytes of a new request on a connection that had completed one."""
         if conn in self._idle:
             del self._idle[conn]
+            self._busy[conn] = None
             conn.arm(self.limits.request_timeout)
 
     def completed(self, conn: GuardedHandler) -> None:
+        """A response was handed to the transport. Pipelined requests already waiting, or an
+        answer still queued in podgpu, run on the same deadline: a connection must answer all
+        it was sent and go idle within `request_timeout` of its first unanswered byte."""
         if conn not in self._open:
             return
         self._fresh.pop(conn, None)
         self._idle.pop(conn, None)
-        self._idle[conn] = None
-        conn.disarm()
+        self._busy.pop(conn, None)
+        if conn.queued() or conn.write_pending():
+            self._busy[conn] = None
+            conn.draining = not conn.queued()
+        else:
+            self._idle[conn] = None
+            conn.disarm()
 
     def lost(self, conn: GuardedHandler) -> None:
         self._open.discard(conn)
         self._fresh.pop(conn, None)
         self._idle.pop(conn, None)
+        self._busy.pop(conn, None)
         conn.disarm()
 
     def expired(self, conn: GuardedHandler) -> None:
+        if conn.draining and not conn.write_pending() and not conn.queued():
+            self._busy.pop(conn, None)  # the last answer went out in time: plain keep-alive
+            self._idle[conn] = None
+            conn.disarm()
+            return
         self.timed_out += 1
         self.rate_log("timeout", logging.WARNING,
                       "closed a connection from %s that did not complete a request within %g s",
@@ -186,6 +225,8 @@ class ConnectionGuard:
         victim = next((c for c in self._fresh if c is not newcomer), None)
         if victim is None:
             victim = next(iter(self._idle), None)
+        if victim is None:
+            victim = next(iter(self._busy), None)
         if victim is None:
             victim = newcomer
             self.refused += 1
@@ -208,9 +249,20 @@ class GuardedHandler(web.RequestHandler):
     def __init__(self, manager: web.Server, *, guard: ConnectionGuard,
                  loop: asyncio.AbstractEventLoop, **kwargs: Any) -> None:
         super().__init__(manager, loop=loop, **kwargs)
+        # aiohttp parses up to 32 pipelined requests ahead of the one being answered (~1.5 KiB
+        # each); a scraper never pipelines, so podgpu keeps MAX_PIPELINED (issue 19).
+        self._parser = HttpRequestParser(
+            self, loop, self._read_bufsize, max_line_size=self.max_line_size,
+            max_field_size=self.max_field_size, max_headers=self.max_headers,
+            payload_exception=RequestPayloadError, max_msg_queue_size=MAX_PIPELINED)
+        self._max_msg_queue_size = MAX_PIPELINED
+        self._msg_queue_resume_size = MAX_PIPELINED // 2
         self._guard = guard
         self._deadline: asyncio.TimerHandle | None = None
         self._between = False
+        self._raw: asyncio.BaseTransport | None = None  # the TCP transport under TLS
+        self._counted = False
+        self.draining = False
         self.peer = "?"
 
     # --- the guard's timer
@@ -225,18 +277,54 @@ class GuardedHandler(web.RequestHandler):
             self._deadline.cancel()
             self._deadline = None
         self._between = True
+        self.draining = False
 
     def abort(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
+        """Close with a reset: a plain close would queue the FIN behind the answer a
+        non-reading client never takes, so the kernel would keep that data and the client
+        would never see the connection end."""
+        transport = self._raw or self.transport
+        if isinstance(transport, asyncio.Transport):
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+            transport.abort()
+
+    def queued(self) -> bool:
+        """A pipelined request is parsed and waiting (aiohttp's queue of them)."""
+        return bool(self._messages)
+
+    def write_pending(self) -> bool:
+        """Part of an answer is still in podgpu's memory (the client is not reading it)."""
+        t = self.transport
+        return isinstance(t, asyncio.WriteTransport) and t.get_write_buffer_size() > 0
 
     # --- protocol hooks
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+    def tcp_opened(self, raw: asyncio.BaseTransport) -> None:
+        """The TCP connection under TLS, before its handshake (http.tlsconn)."""
+        self._raw = raw
+        self._count(raw)
+
+    def tcp_lost(self) -> None:
+        self._guard.lost(self)
+
+    def _count(self, transport: asyncio.BaseTransport) -> None:
+        if self._counted:
+            return
+        self._counted = True
         peer = transport.get_extra_info("peername")
         self.peer = short(peer[0] if isinstance(peer, tuple) and peer else peer, 64)
-        super().connection_made(transport)
         self._guard.opened(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._raw is None and hasattr(transport, "max_size"):
+            transport.max_size = READ_SIZE
+        if isinstance(transport, asyncio.WriteTransport):
+            transport.set_write_buffer_limits(high=0 if self._raw is None else WRITE_CHUNK, low=0)
+        super().connection_made(transport)
+        self._count(transport)
 
     def data_received(self, data: bytes) -> None:
         if self._between and data:
@@ -257,6 +345,8 @@ class GuardedHandler(web.RequestHandler):
 
     def log_exception(self, *args: Any, **kw: Any) -> None:
         exc = kw.get("exc_info")
+        if isinstance(exc, ConnectionError):  # the client left mid-answer: nothing to report
+            return
         if not isinstance(exc, HttpProcessingError):  # a bug of ours: keep the traceback
             super().log_exception(*args, **kw)
             return

@@ -24,6 +24,7 @@ from podgpu.errors import ConfigError, ListenError
 from podgpu.http.guard import (
     ACCEPT_BACKLOG,
     SERVER_NAME,
+    WRITE_CHUNK,
     ConnectionGuard,
     Limits,
     quiet_accept_errors,
@@ -31,6 +32,7 @@ from podgpu.http.guard import (
 from podgpu.http.health import health
 from podgpu.http.live import add_live_routes, page_response
 from podgpu.http.publish import Publisher
+from podgpu.http.tlsconn import tls_factory
 from podgpu.sinks.prometheus import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
@@ -46,16 +48,17 @@ def make_app(publisher: Publisher, *, interval: float, backend: str,
         .replace("{backend}", backend).replace("{version}", __version__).encode()
     )
 
-    async def metrics(request: web.Request) -> web.Response:
+    async def metrics(request: web.Request) -> web.StreamResponse:
         pub = publisher.current
         if pub is None:
             return web.Response(status=503, text="no collection has completed yet\n",
                                 headers=_NOSNIFF)
         headers = {"Content-Type": CONTENT_TYPE, "Vary": "Accept-Encoding", **_NOSNIFF}
+        body = pub.body
         if accepts_gzip(request.headers.get("Accept-Encoding", "")):
             headers["Content-Encoding"] = "gzip"
-            return web.Response(body=pub.body_gzip, headers=headers)
-        return web.Response(body=pub.body, headers=headers)
+            body = pub.body_gzip
+        return await send_in_chunks(request, body, headers)
 
     async def health_handler(request: web.Request) -> web.Response:
         # /health never fails for a lost GPU or a missing kubelet; /health/gpus does (issue 9)
@@ -99,11 +102,14 @@ async def serve_until_stopped(app: web.Application, host: str | None, port: int,
     assert runner.server is not None
     guard = ConnectionGuard(runner.server, limits, loop=loop)
     quiet_accept_errors(loop, guard.rate_log)
+    # TLS is layered under the guard's handler (http.tlsconn), not by create_server(ssl=...), so
+    # a connection counts and runs on the deadline from accept, before its handshake (issue 19).
+    factory: Callable[[], asyncio.BaseProtocol] = (
+        guard if ssl_context is None
+        else tls_factory(guard, ssl_context, handshake_timeout=limits.request_timeout))
     try:
-        # A TLS handshake happens before the guard sees the connection: bound it the same way.
-        listener = await loop.create_server(
-            guard, host, port, ssl=ssl_context, reuse_address=True, backlog=ACCEPT_BACKLOG,
-            ssl_handshake_timeout=limits.request_timeout if ssl_context is not None else None)
+        listener = await loop.create_server(factory, host, port, reuse_address=True,
+                                            backlog=ACCEPT_BACKLOG)
     except OSError as exc:
         await runner.cleanup()
         raise _listen_error(exc, host, port) from None
@@ -120,6 +126,26 @@ async def serve_until_stopped(app: web.Application, host: str | None, port: int,
     finally:
         listener.close()
         await runner.cleanup()
+
+
+async def send_in_chunks(request: web.Request, body: bytes,
+                         headers: dict[str, str]) -> web.StreamResponse:
+    """Write `body` in WRITE_CHUNK pieces, each after the socket took the previous one (issue 19):
+    written whole, a client that does not read would keep a copy of the rest of the answer in
+    podgpu's memory until the request deadline closes it; this way it keeps one chunk at most.
+    A reading client pays a few more send() calls and nothing else."""
+    resp = web.StreamResponse(headers=headers)
+    resp.content_length = len(body)
+    await resp.prepare(request)
+    view = memoryview(body)
+    try:
+        for start in range(0, len(view), WRITE_CHUNK):
+            await resp.write(view[start:start + WRITE_CHUNK])
+            await request.writer.drain()
+        await resp.write_eof()
+    except ConnectionError:  # the client left, or the guard closed it: nothing to answer
+        pass
+    return resp
 
 
 def _listen_error(exc: OSError, host: str | None, port: int) -> Exception:

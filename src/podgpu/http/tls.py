@@ -25,7 +25,13 @@ import ssl
 import tempfile
 from collections.abc import Iterator
 
-from podgpu.http.webconfig import GO_CIPHERS, GO_CURVES, TlsServerConfig, WebConfigError
+from podgpu.http.webconfig import (
+    GO_CIPHERS,
+    GO_CURVES,
+    TlsServerConfig,
+    WebConfigError,
+    read_regular,
+)
 
 _VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
              "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -33,6 +39,10 @@ _VERIFY = {"NoClientCert": ssl.CERT_NONE, "RequestClientCert": ssl.CERT_NONE,
            "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
            "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
 _MAX_PEM_BYTES = 1 << 20
+DEFAULT_TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL"
+"""TLS 1.2 suites when `cipher_suites` is not given: ECDHE key exchange (forward secrecy) with
+AEAD ciphers only; OpenSSL's DEFAULT also offers RSA key exchange (AES128-SHA was accepted, issue
+19). Every Go client (Prometheus) offers these. TLS 1.3 suites all have forward secrecy."""
 
 
 def build_context(cfg: TlsServerConfig, source: str) -> ssl.SSLContext:
@@ -99,7 +109,7 @@ def _apply_settings(ctx: ssl.SSLContext, cfg: TlsServerConfig, source: str) -> N
     ctx.options |= ssl.OP_NO_COMPRESSION
     names = [GO_CIPHERS[c] for c in cfg.cipher_suites if GO_CIPHERS[c]]
     try:
-        ctx.set_ciphers(":".join(names) if names else "DEFAULT")
+        ctx.set_ciphers(":".join(names) if names else DEFAULT_TLS12_CIPHERS)
     except ssl.SSLError:
         raise WebConfigError(f"{source}: tls_server_config.cipher_suites: the system OpenSSL "
                              "supports none of these TLS 1.2 suites") from None
@@ -115,11 +125,9 @@ def _pem(path: str | None, inline: str | None, key: str, source: str) -> str:
     if not path:
         return inline or ""
     try:
-        with open(path, "rb") as f:
-            data = f.read(_MAX_PEM_BYTES + 1)
-    except OSError as exc:
-        raise WebConfigError(f"{source}: {_name(key, path)}: cannot read: "
-                             f"{exc.strerror or exc}") from None
+        data = read_regular(path, _MAX_PEM_BYTES)
+    except WebConfigError as exc:
+        raise WebConfigError(f"{source}: {_name(key, path)}: cannot read: {exc}") from None
     if len(data) > _MAX_PEM_BYTES:
         raise WebConfigError(f"{source}: {_name(key, path)}: larger than 1 MiB; not a PEM file")
     return data.decode("ascii", errors="replace")

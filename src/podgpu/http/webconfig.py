@@ -1,14 +1,22 @@
-"""The exporter-toolkit web config (`--web-config-file`): parse and validate, nothing else.
+"""The exporter-toolkit web config (`--web-config-file`): read, parse and validate, nothing else.
 
-Same keys as prometheus/exporter-toolkit's `web-config.yml` (reference/prometheus-grafana.md §4), so
-a dcgm-exporter DaemonSet's file works unchanged. Pure: reads no certificate, builds no socket;
-`http.tls` turns `TlsServerConfig` into an `ssl.SSLContext` and `http.auth` checks passwords.
+Same keys as prometheus/exporter-toolkit's `web-config.yml`, so a dcgm-exporter DaemonSet's file
+works unchanged. Pure: reads no certificate, builds no socket; `http.tls` turns `TlsServerConfig`
+into an `ssl.SSLContext` and `http.auth` checks passwords.
 
 Strict like the toolkit (unknown and duplicate keys are errors). Every problem is one line naming
 file, line and key path; values that may be secret (inline keys, password hashes) never appear in a
 message, and YAML syntax errors are reported without the source excerpt PyYAML would print.
 Where podgpu is stricter than the toolkit (both `cert` and `cert_file`, `RequireAnyClientCert`,
 SANs without verification, `burst: 0`) it says why in the message; docs/web-config.md lists them.
+
+Bounded before PyYAML sees the text (issue 19 item 4: a control character or 5,000-deep nesting
+was a traceback at start and a 2,990-line traceback per edit): regular files only, at most
+MAX_FILE_BYTES of UTF-8, no control characters outside tab and line breaks, and nesting no deeper
+than MAX_DEPTH (counted on PyYAML's event stream, which is not recursive; its composer is).
+
+Modules: `webconfig_model` (names, values, the result), `webconfig_tree` (the node walker), this
+one (files and YAML); the public names of all three are importable from here.
 """
 
 from __future__ import annotations
@@ -16,108 +24,64 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import stat
 from typing import Any
 
-from podgpu.errors import ConfigError
+from podgpu.http.webconfig_model import (
+    ALLOWED_HEADERS,
+    CLIENT_AUTH_TYPES,
+    GO_CIPHERS,
+    GO_CURVES,
+    TLS_VERSIONS,
+    TlsServerConfig,
+    WebConfig,
+    WebConfigError,
+    parse_go_duration,
+)
+from podgpu.http.webconfig_tree import TreeParser
 
-# Go TLS cipher suite names the toolkit accepts (crypto/tls CipherSuites()) and the OpenSSL names
-# of the same suites. TLS 1.3 suites are accepted and, as in Go, not configurable.
-GO_CIPHERS: Mapping[str, str] = {
-    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
-    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
-    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
-    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
-    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
-    "TLS_AES_128_GCM_SHA256": "",
-    "TLS_AES_256_GCM_SHA384": "",
-    "TLS_CHACHA20_POLY1305_SHA256": "",
-}
-# Go curve names -> OpenSSL group names.
-GO_CURVES: Mapping[str, str] = {
-    "CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1",
-    "X25519": "X25519",
-}
-TLS_VERSIONS = ("TLS10", "TLS11", "TLS12", "TLS13")
-CLIENT_AUTH_TYPES = ("NoClientCert", "RequestClientCert", "RequireAnyClientCert",
-                     "RequireClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
-# http_server_config.headers: the only headers the toolkit lets a file set, with the values it
-# accepts (None: any value). Values are matched exactly, as the toolkit does.
-ALLOWED_HEADERS: Mapping[str, tuple[str, ...] | None] = {
-    "Strict-Transport-Security": None,
-    "X-Content-Type-Options": ("nosniff",),
-    "X-Frame-Options": ("deny", "sameorigin"),
-    "X-XSS-Protection": None,
-    "Content-Security-Policy": None,
-}
-_BCRYPT = re.compile(r"\$2[abxy]?\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0,
-                   "m": 60.0, "h": 3600.0}
+__all__ = ["ALLOWED_HEADERS", "CLIENT_AUTH_TYPES", "GO_CIPHERS", "GO_CURVES", "MAX_DEPTH",
+           "MAX_FILE_BYTES", "TLS_VERSIONS", "TlsServerConfig", "WebConfig", "WebConfigError",
+           "load_web_config", "parse_go_duration", "parse_web_config", "read_regular"]
+
 MAX_FILE_BYTES = 1 << 20  # a web config is a few KB; refuse to parse anything absurd
+MAX_DEPTH = 16
+"""Nesting the format needs: 4 (tls_server_config.cipher_suites[i] in a flow list)."""
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
-class WebConfigError(ConfigError):
-    """The web config file is unreadable or invalid; the message names file, line and key."""
-
-
-@dataclass(frozen=True, slots=True)
-class TlsServerConfig:
-    """`tls_server_config`, with relative paths already resolved against the file's directory."""
-
-    cert_file: str | None = None
-    key_file: str | None = None
-    cert: str | None = None
-    key: str | None = field(default=None, repr=False)  # secret: never in a repr or a log
-    client_ca_file: str | None = None
-    client_ca: str | None = None
-    client_auth_type: str = "NoClientCert"
-    client_allowed_sans: tuple[str, ...] = ()
-    min_version: str = "TLS12"
-    max_version: str = "TLS13"
-    cipher_suites: tuple[str, ...] = ()
-    prefer_server_cipher_suites: bool = True
-    curve_preferences: tuple[str, ...] = ()
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        """Files this part reads; a change to any of them triggers a reload."""
-        return tuple(f for f in (self.cert_file, self.key_file, self.client_ca_file) if f)
-
-
-@dataclass(frozen=True, slots=True)
-class WebConfig:
-    path: str
-    tls: TlsServerConfig | None = None
-    http2: bool = True
-    headers: tuple[tuple[str, str], ...] = ()
-    users: Mapping[str, str] = field(default_factory=dict, repr=False)  # user -> bcrypt hash
-    rate_limit_interval: float = 0.0  # seconds between requests; 0 = no limit
-    rate_limit_burst: int = 0
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def files(self) -> tuple[str, ...]:
-        return (self.path, *(self.tls.files if self.tls else ()))
+def read_regular(path: str, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of the regular file `path`. A FIFO, device or directory is
+    refused without blocking (open() of a FIFO waits for a writer). Raises WebConfigError whose
+    message is the reason alone (the caller names the file and its role)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise WebConfigError(reason) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise WebConfigError("not a regular file (a FIFO, device or directory)")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise WebConfigError(exc.strerror or str(exc)) from None
+    finally:
+        os.close(fd)
 
 
 def load_web_config(path: str) -> WebConfig:
     """Read and validate `path`. Raises WebConfigError naming the file, line and key."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise WebConfigError(f"{path}: cannot read the web config: {exc.strerror or exc}") from None
+        raw = read_regular(path, MAX_FILE_BYTES)
+    except WebConfigError as exc:
+        raise WebConfigError(f"{path}: cannot read the web config: {exc}") from None
     if len(raw) > MAX_FILE_BYTES:
         raise WebConfigError(f"{path}: larger than {MAX_FILE_BYTES} bytes; not a web config")
     try:
@@ -129,279 +93,46 @@ def load_web_config(path: str) -> WebConfig:
 
 def parse_web_config(text: str, path: str) -> WebConfig:
     """Validate the YAML `text` of the file at `path` (used for messages and relative paths)."""
+    bad = _CONTROL.search(text)
+    if bad is not None:
+        line = text.count("\n", 0, bad.start()) + 1
+        raise WebConfigError(f"{path}:{line}: control character U+{ord(bad.group()):04X} (only "
+                             "tab and line breaks may appear in a web config)")
     yaml = _yaml()
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        _check_depth(yaml, text, path)
+        loader = yaml.SafeLoader(text)
         root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 0
-        raise WebConfigError(f"{path}:{line}: not valid YAML: {exc.problem or exc.context}"
-                             ) from None
+        raise WebConfigError(f"{path}:{line}: not valid YAML: "
+                             f"{_one_line(exc.problem or exc.context)}") from None
     except yaml.YAMLError as exc:
         raise WebConfigError(f"{path}: not valid YAML: {type(exc).__name__}") from None
     finally:
-        loader.dispose()
-    return _Parser(path).config(root)
+        if loader is not None:
+            loader.dispose()
+    return TreeParser(path).config(root)
 
 
-class _Parser:
-    """Walks PyYAML's node tree (not loaded values) so every error can name its line, and so
-    string fields take the raw scalar text as Go's yaml does (`123` is the string "123")."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.base = os.path.dirname(os.path.abspath(path))
-        self.warnings: list[str] = []
-
-    def fail(self, node: Any, key: str, problem: str) -> WebConfigError:
-        return WebConfigError(f"{self.path}:{node.start_mark.line + 1}: {key}: {problem}")
-
-    def mapping(self, node: Any, key: str, allowed: tuple[str, ...] | None) -> dict[str, Any]:
-        """Key -> value node; unknown or repeated keys are errors (the toolkit is strict too)."""
-        yaml = _yaml()
-        if _is_null(node):
-            return {}
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, key or "top level", "expected a mapping")
-        out: dict[str, Any] = {}
-        for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode):
-                raise self.fail(k, key or "top level", "keys must be plain strings")
-            name = k.value
-            where = f"{key}.{name}" if key else name
-            if allowed is not None and name not in allowed:
-                raise self.fail(k, where, f"unknown key (allowed: {', '.join(allowed)})")
-            if name in out:
-                raise self.fail(k, where, "given twice")
-            out[name] = v
-        return out
-
-    def string(self, node: Any, key: str) -> str | None:
-        yaml = _yaml()
-        if _is_null(node):
-            return None
-        if not isinstance(node, yaml.ScalarNode):
-            raise self.fail(node, key, "expected a string")
-        return str(node.value)
-
-    def strings(self, node: Any, key: str) -> tuple[str, ...]:
-        yaml = _yaml()
-        if _is_null(node):
-            return ()
-        if not isinstance(node, yaml.SequenceNode):
-            raise self.fail(node, key, "expected a list of strings")
-        out = []
-        for i, item in enumerate(node.value):
-            s = self.string(item, f"{key}[{i}]")
-            if s is None:
-                raise self.fail(item, f"{key}[{i}]", "empty entry")
-            out.append(s)
-        return tuple(out)
-
-    def boolean(self, node: Any, key: str, default: bool) -> bool:
-        text = self.string(node, key)
-        if text is None:
-            return default
-        t = text.lower()
-        if t in ("true", "yes", "on", "y"):
-            return True
-        if t in ("false", "no", "off", "n"):
-            return False
-        raise self.fail(node, key, f"expected true or false, got {text!r}")
-
-    def file(self, node: Any, key: str) -> str | None:
-        value = self.string(node, key)
-        if not value:
-            return None
-        return value if os.path.isabs(value) else os.path.join(self.base, value)
-
-    def config(self, root: Any) -> WebConfig:
-        top = self.mapping(root, "", ("tls_server_config", "http_server_config",
-                                      "basic_auth_users", "rate_limit"))
-        tls = self.tls(top["tls_server_config"]) if "tls_server_config" in top else None
-        http2, headers = True, tuple[tuple[str, str], ...]()
-        if "http_server_config" in top:
-            http2, headers = self.http(top["http_server_config"])
-        users = self.users(top["basic_auth_users"]) if "basic_auth_users" in top else {}
-        interval, burst = self.rate_limit(top["rate_limit"]) if "rate_limit" in top else (0.0, 0)
-        return WebConfig(self.path, tls, http2, headers, users, interval, burst,
-                         tuple(self.warnings))
-
-    def tls(self, node: Any) -> TlsServerConfig | None:
-        keys = ("cert", "key", "client_ca", "cert_file", "key_file", "client_auth_type",
-                "client_ca_file", "client_allowed_sans", "min_version", "max_version",
-                "cipher_suites", "prefer_server_cipher_suites", "curve_preferences")
-        m = self.mapping(node, "tls_server_config", keys)
-        k = "tls_server_config."
-        v: dict[str, Any] = {}
-        for name in ("cert_file", "key_file", "client_ca_file"):
-            if name in m:
-                v[name] = self.file(m[name], k + name)
-        for name in ("cert", "key", "client_ca", "client_auth_type", "min_version", "max_version"):
-            if name in m:
-                v[name] = self.string(m[name], k + name) or None
-        if not any(v.get(n) for n in ("cert", "key", "client_ca", "cert_file", "key_file",
-                                       "client_ca_file", "client_auth_type")):
-            if m:  # only version/cipher settings: the toolkit serves plain HTTP then, say so
-                self.warnings.append(f"{self.path}: tls_server_config has no certificate: "
-                                     "serving plain HTTP")
-            return None
-        for inline, filed in (("cert", "cert_file"), ("key", "key_file"),
-                              ("client_ca", "client_ca_file")):
-            if v.get(inline) and v.get(filed):
-                raise self.fail(m[inline], k + inline,
-                                f"give either {inline} (inline PEM) or {filed}, not both")
-        if not (v.get("cert") or v.get("cert_file")):
-            raise self.fail(node, "tls_server_config", "missing cert_file (or cert)")
-        if not (v.get("key") or v.get("key_file")):
-            raise self.fail(node, "tls_server_config", "missing key_file (or key)")
-        auth = v.pop("client_auth_type", None) or "NoClientCert"
-        if auth not in CLIENT_AUTH_TYPES:
-            raise self.fail(m["client_auth_type"], k + "client_auth_type",
-                            f"{auth!r} is not one of {', '.join(CLIENT_AUTH_TYPES)}")
-        if auth in ("RequireAnyClientCert", "RequireClientCert"):
-            raise self.fail(m["client_auth_type"], k + "client_auth_type",
-                            f"{auth} (a certificate nobody verifies) cannot be served by Python's "
-                            "ssl; use RequireAndVerifyClientCert with client_ca_file")
-        has_ca = bool(v.get("client_ca") or v.get("client_ca_file"))
-        if has_ca and auth == "NoClientCert":
-            raise self.fail(node, k + "client_auth_type",
-                            "a client CA is given but client_auth_type is NoClientCert; use "
-                            "RequireAndVerifyClientCert to require client certificates")
-        if auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert") and not has_ca:
-            raise self.fail(m["client_auth_type"], k + "client_auth_type",
-                            f"{auth} needs client_ca_file (or client_ca) to verify against")
-        if auth == "RequestClientCert":
-            self.warnings.append(
-                f"{self.path}: client_auth_type RequestClientCert: an unverified client "
-                "certificate grants nothing, so this is the same as NoClientCert")
-        sans = self.strings(m["client_allowed_sans"], k + "client_allowed_sans") \
-            if "client_allowed_sans" in m else ()
-        if sans and auth != "RequireAndVerifyClientCert":
-            raise self.fail(m["client_allowed_sans"], k + "client_allowed_sans",
-                            "needs client_auth_type RequireAndVerifyClientCert")
-        versions = {}
-        for name, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
-            ver = v.pop(name, None) or default
-            if ver not in TLS_VERSIONS:
-                raise self.fail(m[name], k + name,
-                                f"{ver!r} is not one of {', '.join(TLS_VERSIONS)}")
-            versions[name] = ver
-        if TLS_VERSIONS.index(versions["min_version"]) > TLS_VERSIONS.index(
-                versions["max_version"]):
-            raise self.fail(m.get("min_version", node), k + "min_version",
-                            f"{versions['min_version']} is above max_version "
-                            f"{versions['max_version']}")
-        if versions["min_version"] in ("TLS10", "TLS11"):
-            self.warnings.append(f"{self.path}: min_version {versions['min_version']}: the "
-                                 "system OpenSSL may refuse TLS below 1.2 anyway")
-        ciphers = self.strings(m["cipher_suites"], k + "cipher_suites") \
-            if "cipher_suites" in m else ()
-        for i, c in enumerate(ciphers):
-            if c not in GO_CIPHERS:
-                raise self.fail(m["cipher_suites"].value[i], f"{k}cipher_suites[{i}]",
-                                f"unknown cipher suite {c!r} (Go crypto/tls names, e.g. "
-                                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)")
-        curves = self.strings(m["curve_preferences"], k + "curve_preferences") \
-            if "curve_preferences" in m else ()
-        for i, c in enumerate(curves):
-            if c not in GO_CURVES:
-                raise self.fail(m["curve_preferences"].value[i], f"{k}curve_preferences[{i}]",
-                                f"unknown curve {c!r} (one of {', '.join(GO_CURVES)})")
-        if len(curves) > 1:
-            self.warnings.append(
-                f"{self.path}: curve_preferences: Python's ssl can set one curve only; using "
-                f"{curves[0]}, clients offering only {', '.join(curves[1:])} are refused")
-        prefer = self.boolean(m["prefer_server_cipher_suites"], k + "prefer_server_cipher_suites",
-                              True) if "prefer_server_cipher_suites" in m else True
-        return TlsServerConfig(client_auth_type=auth, client_allowed_sans=sans,
-                               cipher_suites=ciphers, prefer_server_cipher_suites=prefer,
-                               curve_preferences=curves, **versions, **v)
-
-    def http(self, node: Any) -> tuple[bool, tuple[tuple[str, str], ...]]:
-        m = self.mapping(node, "http_server_config", ("http2", "headers"))
-        http2 = self.boolean(m["http2"], "http_server_config.http2", True) if "http2" in m \
-            else True
-        headers: list[tuple[str, str]] = []
-        if "headers" in m:
-            hm = self.mapping(m["headers"], "http_server_config.headers", None)
-            for name, vnode in hm.items():
-                where = f"http_server_config.headers.{name}"
-                if name not in ALLOWED_HEADERS:
-                    raise self.fail(vnode, where, f"this header cannot be configured (allowed: "
-                                    f"{', '.join(ALLOWED_HEADERS)})")
-                value = self.string(vnode, where) or ""
-                allowed = ALLOWED_HEADERS[name]
-                if value and allowed is not None and value not in allowed:
-                    raise self.fail(vnode, where,
-                                    f"{value!r} is not one of {', '.join(allowed)}")
-                if any(ch in value for ch in "\r\n\0"):
-                    raise self.fail(vnode, where, "control characters are not allowed")
-                if value:  # blank means unset, as in the toolkit
-                    headers.append((name, value))
-        return http2, tuple(headers)
-
-    def users(self, node: Any) -> dict[str, str]:
-        m = self.mapping(node, "basic_auth_users", None)
-        out: dict[str, str] = {}
-        for user, vnode in m.items():
-            where = f"basic_auth_users.{user}"
-            if ":" in user:
-                raise self.fail(vnode, where, "a user name cannot contain ':' (basic auth "
-                                "splits user and password there)")
-            hashed = self.string(vnode, where) or ""
-            cost = _BCRYPT.fullmatch(hashed)
-            if not cost:  # the value is secret-ish: describe it, never print it
-                raise self.fail(vnode, where, "not a bcrypt hash (expected $2y$, $2b$ or $2a$ "
-                                "with 53 characters of salt and hash, e.g. from htpasswd -nBC 10)")
-            if not 4 <= int(cost["cost"]) <= 31:
-                raise self.fail(vnode, where, f"bcrypt cost {cost['cost']} is outside 4-31")
-            out[user] = hashed
-        return out
-
-    def rate_limit(self, node: Any) -> tuple[float, int]:
-        m = self.mapping(node, "rate_limit", ("interval", "burst"))
-        interval = 0.0
-        if "interval" in m:
-            text = self.string(m["interval"], "rate_limit.interval") or "0"
-            seconds = parse_go_duration(text)
-            if seconds is None:
-                raise self.fail(m["interval"], "rate_limit.interval",
-                                f"{text!r} is not a duration such as 100ms, 1s or 1m")
-            interval = seconds
-        burst = 0
-        if "burst" in m:
-            text = self.string(m["burst"], "rate_limit.burst") or "0"
-            if not text.isdigit() or int(text) > 1_000_000:
-                raise self.fail(m["burst"], "rate_limit.burst",
-                                f"expected an integer from 0 to 1000000, got {text!r}")
-            burst = int(text)
-        if interval > 0 and burst < 1:
-            raise self.fail(m.get("burst", node), "rate_limit.burst",
-                            "must be at least 1 when interval is set (0 would refuse every "
-                            "request)")
-        return interval, burst
+def _check_depth(yaml: Any, text: str, path: str) -> None:
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else 0
+                raise WebConfigError(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep; "
+                                     "a web config needs 4")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
-def parse_go_duration(text: str) -> float | None:
-    """Seconds from a Go duration string ("1s", "1m30s", "250ms", "0"); None when invalid."""
-    t = text.strip()
-    if t == "0":
-        return 0.0
-    pos, total = 0, 0.0
-    while pos < len(t):
-        m = _DURATION_PART.match(t, pos)
-        if not m:
-            return None
-        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-        pos = m.end()
-    return total if t else None
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
 
 
 def _yaml() -> Any:
-    """PyYAML (untyped, so imported as Any); only this module and scenarios parse YAML."""
+    """PyYAML (untyped, so imported as Any)."""
     return importlib.import_module("yaml")
-
-
-def _is_null(node: Any) -> bool:
-    return node is None or bool(node.tag == "tag:yaml.org,2002:null")

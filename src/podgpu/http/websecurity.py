@@ -7,6 +7,12 @@ about a second without a restart. A reload is all or nothing: if the new file or
 in it is bad, the last good config keeps serving, the log says why once per change, and /health's
 `web_config` entry shows the error until a good version is loaded. TLS cannot be switched on or
 off by a reload (the socket would have to be re-opened): that edit is refused the same way.
+
+An edit that removes authentication (all of `basic_auth_users`, client-certificate verification,
+or `client_allowed_sans`) is refused too, with a WARNING, and needs a restart (issue 19 item 3):
+failing closed means a template or Secret mistake that drops a key keeps the endpoint protected
+and shows in /health, while an operator who means it restarts the DaemonSet, which also makes
+the change visible in its rollout.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from aiohttp import web
 
 from podgpu.http.auth import AccessControl, BasicAuthChecker, Policy, RateLimiter
 from podgpu.http.tls import TlsReloader
-from podgpu.http.webconfig import WebConfig, WebConfigError, load_web_config
+from podgpu.http.webconfig import WebConfig, WebConfigError, load_web_config, read_regular
 
 log = logging.getLogger(__name__)
 DEFAULT_POLL_SECONDS = 1.0
@@ -47,6 +53,7 @@ class WebSecurity:
         self.generation = 1
         self.loaded_at = clock()
         self.last_error: str | None = None
+        self.last_error_public: str | None = None  # without user names, for /health
         self.failed_reloads = 0
         self._watched = cfg.files
         self._digest = _digest(self._watched)
@@ -84,6 +91,9 @@ class WebSecurity:
         return self.reload()
 
     def reload(self) -> bool:
+        """Apply the file as it is now, whole, or keep the last good config and say so in one
+        log line and in /health."""
+        level = logging.ERROR
         try:
             cfg = load_web_config(self.path)
             self._watched = cfg.files  # a file named only by the new version is followed too
@@ -91,19 +101,28 @@ class WebSecurity:
             if (cfg.tls is None) != (self.tls is None):
                 raise WebConfigError(f"{self.path}: turning TLS {'on' if cfg.tls else 'off'} "
                                      "needs a restart")
+            removed = removed_protection(self.config, cfg)
+            if removed:
+                level = logging.WARNING
+                raise WebConfigError(f"{self.path}: this edit {removed}; removing "
+                                     "authentication needs a restart")
             if self.tls is not None and cfg.tls is not None:
                 self.tls.replace(cfg.tls, self.path)
-        except WebConfigError as exc:
-            self.last_error = str(exc)
+        except Exception as exc:
+            message = str(exc) if isinstance(exc, WebConfigError) else (
+                f"{self.path}: {type(exc).__name__} while reading it (a podgpu bug): {exc}")
+            self.last_error = message
+            self.last_error_public = (exc.public if isinstance(exc, WebConfigError)
+                                      else f"{self.path}: {type(exc).__name__}")
             self.failed_reloads += 1
-            log.error("web config reload failed; still serving generation %d loaded at %s: %s",
-                      self.generation, _iso(self.loaded_at), exc)
+            log.log(level, "web config reload failed; still serving generation %d loaded at %s: "
+                    "%s", self.generation, _iso(self.loaded_at), " ".join(message.split()))
             return False
         self.access.policy = _policy(cfg, self.access.policy)
         self.config = cfg
         self.generation += 1
         self.loaded_at = self._clock()
-        self.last_error = None
+        self.last_error = self.last_error_public = None
         for w in cfg.warnings:
             log.warning("%s", w)
         log.info("web config %s reloaded (generation %d): %s", self.path, self.generation,
@@ -123,10 +142,10 @@ class WebSecurity:
             "client_auth_type": cfg.tls.client_auth_type if cfg.tls else None,
             "basic_auth": bool(cfg.users),
             "failed_reloads": self.failed_reloads,
-            "auth_failures": self.access.checker.failures,
+            **self.access.counters(),
         }
         if self.last_error:
-            body["error"] = self.last_error
+            body["error"] = self.last_error_public
         return body
 
     async def _watching(self, _app: web.Application) -> AsyncIterator[None]:
@@ -146,6 +165,21 @@ class WebSecurity:
                 self.check()
             except Exception:  # a bug here must not stop following the file
                 log.exception("checking the web config failed")
+
+
+def removed_protection(old: WebConfig, new: WebConfig) -> str:
+    """What `new` drops of `old`'s authentication, as words for the log; "" when nothing."""
+    gone = []
+    if old.users and not new.users:
+        gone.append("removes basic_auth_users")
+    if old.tls is not None and new.tls is not None:
+        if old.tls.client_auth_type != new.tls.client_auth_type and old.tls.verifies_clients \
+                and (new.tls.client_auth_type != "RequireAndVerifyClientCert"):
+            gone.append(f"changes client_auth_type from {old.tls.client_auth_type} to "
+                        f"{new.tls.client_auth_type}")
+        if old.tls.client_allowed_sans and not new.tls.client_allowed_sans:
+            gone.append("removes client_allowed_sans")
+    return " and ".join(gone)
 
 
 def describe(cfg: WebConfig) -> str:
@@ -183,11 +217,10 @@ def _digest(paths: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     for p in paths:
         h.update(p.encode() + b"\0")
-        try:
-            with open(p, "rb") as f:
-                h.update(hashlib.sha256(f.read(1 << 21)).digest())
-        except OSError as exc:
-            h.update(f"unreadable {exc.errno}".encode())
+        try:  # regular files only: open() of a FIFO would block the event loop
+            h.update(hashlib.sha256(read_regular(p, 1 << 21)).digest())
+        except WebConfigError as exc:
+            h.update(str(exc).encode())
     return h.hexdigest()
 
 
