@@ -1,4 +1,5 @@
-"""Shared test helpers: a controllable clock and a way to run `podgpu serve` as a real process."""
+"""Shared test helpers: a controllable clock, the one free-port and wait helpers, and a way to run
+`podgpu serve` as a real process."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -36,9 +38,28 @@ def clock() -> FakeClock:
 
 
 def free_port() -> int:
+    """A loopback port nobody listens on right now (for a child process that cannot be told to
+    use port 0). The one copy in the tests; in-process servers bind port 0 instead."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+T = TypeVar("T")
+
+
+def wait_for(cond: Callable[[], T], timeout: float = 10.0, what: str = "condition",
+             interval: float = 0.02) -> T:
+    """Poll `cond` until it returns something true and return that; fail the test after
+    `timeout` seconds naming `what`. The one polling helper in the tests."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
 
 
 class ServeProcess:

@@ -8,14 +8,14 @@ collects once, serves until SIGTERM/SIGINT and closes everything in reverse orde
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from podgpu import __version__, logs
 from podgpu.errors import ConfigError
+from podgpu.http.lifecycle import Stopper
 from podgpu.parts import (
     load_metrics,
     make_attributor,
@@ -48,6 +48,11 @@ class Agent:
     attributor: Attributor | None
     security: WebSecurity | None
     emf: EmfSink | None
+    stopper: Stopper = field(default_factory=Stopper)
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """Stop serving from any thread, as SIGTERM would; `run` then returns."""
+        self.stopper.stop(reason)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -104,8 +109,6 @@ def run(agent: Agent) -> int:
 
 
 def _serve(agent: Agent) -> int:
-    import asyncio
-
     from podgpu.collect import CollectLoop, Collector
     from podgpu.http.guard import Limits
     from podgpu.http.publish import Publisher
@@ -131,8 +134,9 @@ def _serve(agent: Agent) -> int:
     build = (("version", __version__), ("backend", backend.name),
              ("driver_version", info.get("driver_version", "")),
              ("python_version", sys.version.split()[0]))
-    lists = MetricListSwitch(agent.metrics, (lambda: load_metrics(settings.collect))
-                             if settings.collect.collectors is not None else None)
+    c = settings.collect
+    lists = MetricListSwitch(agent.metrics, (lambda: load_metrics(c))
+                             if c.collectors is not None or c.configmap is not None else None)
 
     def render_snapshot(snapshot, timings):  # type: ignore[no-untyped-def]
         body = render(snapshot, lists.current, RenderOptions(agent.label_opts, build, timings))
@@ -150,7 +154,8 @@ def _serve(agent: Agent) -> int:
 
     collector = Collector(backend, agent.metrics.fields, attributor=agent.attributor,
                           want_processes=agent.attributor is not None)
-    loop = CollectLoop(collector, interval, on_snapshot, on_death=_stop_serving)
+    loop = CollectLoop(collector, interval, on_snapshot, on_death=lambda exc: agent.stop(
+        f"the collect loop stopped: {type(exc).__name__}: {exc}"))
     if emf is not None:
         emf.start()
     loop.run_once()  # the first /metrics is valid as soon as the port accepts
@@ -163,12 +168,13 @@ def _serve(agent: Agent) -> int:
     app = make_app(publisher, interval=interval, backend=backend.name, sinks=sinks or None)
     if security is not None:
         security.install(app)  # every route: basic auth, headers, SANs, rate limit
-    install_sighup(app, lists.request, *([security.request_reload] if security else []))
+    install_sighup(app, blocking=[lists.request],
+                   on_loop=[security.request_reload] if security is not None else [])
     try:
         limits = Limits(max_connections=settings.http.max_connections,
                         request_timeout=settings.http.request_timeout)
         assert settings.http.port is not None
-        asyncio.run(serve_until_stopped(
+        agent.stopper.run(serve_until_stopped(
             app, settings.http.host, settings.http.port, limits=limits,
             ssl_context=security.ssl_context if security is not None else None))
     finally:
@@ -176,8 +182,3 @@ def _serve(agent: Agent) -> int:
         if emf is not None:
             emf.stop()
     return 1 if loop.died is not None else 0
-
-
-def _stop_serving(_exc: BaseException) -> None:
-    """The collect loop died: stop the server as SIGTERM would, and exit 1 (issue 13)."""
-    signal.raise_signal(signal.SIGTERM)

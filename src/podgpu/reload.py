@@ -2,8 +2,9 @@
 
 A process that gets SIGHUP and has no handler is killed silently (issue 13); dcgm-exporter treats
 signals as reload or shutdown. podgpu reloads: the web config (http.websecurity, which also follows
-its files by itself) and the metric list given with `-f` (the embedded default has nothing to
-re-read). A bad new list is refused with one log line and the list in use stays. The new list takes
+its files by itself) and the metric list given with `-f`, or re-read from the ConfigMap named by
+`-m` (the embedded default has nothing to re-read); reading runs on a worker thread, off the
+event loop. A bad new list is refused with one log line and the list in use stays. The new list takes
 effect between two collection cycles, on the collect thread, so one cycle never reads with one list
 and renders with another. The CloudWatch EMF sink keeps the list it started with (its
 declarations select metrics by name; docs/cloudwatch.md).
@@ -12,15 +13,16 @@ declarations select metrics by name; docs/cloudwatch.md).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from aiohttp import web
 
-from podgpu.errors import ConfigError
+from podgpu.errors import ConfigError, PodgpuError
 from podgpu.fields.catalog import Field
 from podgpu.fields.metriclist import MetricList
 
@@ -51,7 +53,7 @@ class MetricListSwitch:
             fresh = self._load()
             if not fresh.metrics:
                 raise ConfigError(f"{fresh.path}: the metric list has no metric rows")
-        except ConfigError as exc:
+        except PodgpuError as exc:  # a bad list, or the API unreachable (-m)
             log.error("SIGHUP: metric list not reloaded, still exporting the %d metrics of %s: %s",
                       len(self.current.metrics), self.current.path, exc)
             return False
@@ -70,18 +72,37 @@ class MetricListSwitch:
             self.current = fresh
 
 
-def install_sighup(app: web.Application, *reloads: Callable[[], object]) -> None:
-    """Run `reloads` on the event loop thread on every SIGHUP once `app` is serving."""
+def install_sighup(app: web.Application, *, blocking: Sequence[Callable[[], object]] = (),
+                   on_loop: Sequence[Callable[[], object]] = ()) -> None:
+    """On every SIGHUP once `app` serves: `on_loop` callables run on the event loop (they only
+    set flags, e.g. the web config's reload request), `blocking` ones (a list file, the
+    ConfigMap through the API) on one worker thread, in order, so a slow read never stalls a
+    scrape (issue 16 item 5). Only a process's main thread can own signals; elsewhere (an agent
+    started by a test) nothing is installed."""
+    worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="podgpu-hup")
+
+    def guarded(reload: Callable[[], object]) -> None:
+        try:
+            reload()
+        except Exception:  # a reload bug must not take the server down
+            log.exception("SIGHUP reload failed")
 
     def on_hup() -> None:
         log.info("SIGHUP received: reloading")
-        for reload in reloads:
-            try:
-                reload()
-            except Exception:  # a reload bug must not take the server down
-                log.exception("SIGHUP reload failed")
+        for reload in on_loop:
+            guarded(reload)
+        for reload in blocking:
+            worker.submit(guarded, reload)
 
     async def register(_app: web.Application) -> None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
+        if threading.current_thread() is threading.main_thread():
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
+
+    async def unregister(_app: web.Application) -> None:
+        if threading.current_thread() is threading.main_thread():
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # shutting down: never killed by it
+        worker.shutdown(wait=False, cancel_futures=True)
 
     app.on_startup.append(register)
+    app.on_cleanup.append(unregister)

@@ -29,17 +29,13 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import free_port as free_port  # re-exported for the AWS tests
+
 ROOT = Path(__file__).resolve().parents[2]
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
          "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 PUT = "Logs_20140328.PutLogEvents"
 """X-Amz-Target of PutLogEvents (the AWS JSON protocol names the operation in this header)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def podgpu_env(**extra: str) -> dict[str, str]:

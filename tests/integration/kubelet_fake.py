@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,6 +21,7 @@ import grpc
 
 from podgpu.attribution import podresources_pb2 as pb
 from podgpu.attribution import podresources_pb2_grpc as pb_grpc
+from tests.conftest import wait_for as wait_for  # re-exported: the kubelet tests import it here
 
 
 @dataclass
@@ -128,11 +129,3 @@ def socket_path() -> Iterator[str]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll `cond` until true; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from podgpu.bridge.scrape import parse_url
 from podgpu.config import values as v
-from podgpu.config.emf import EMF_OPTIONS, LOG_OPTIONS, emf_settings, log_settings
+from podgpu.config.emf import EMF_OPTIONS, LOG_OPTIONS, emf_settings, log_settings, section
+from podgpu.config.serve import HTTP_LIMIT_OPTIONS
 from podgpu.errors import ConfigError
 from podgpu.options import Option, csv_list, env_value, go_flags, new_parser, parse_bool, resolve
 from podgpu.settings import EmfSettings, HttpSettings, LogSettings
@@ -45,8 +46,12 @@ OWN: tuple[Option, ...] = (
            "as exported_<name> (false), as Prometheus' honor_labels", parse_bool, True),
     Option(("-a", "--address"), "address", "PODGPU_EMF_LISTEN", DEFAULT_LISTEN,
            "where /metrics and /health listen (HOST:PORT or :PORT), or 'off'", metavar="ADDR"),
+    Option(("--web-config-file",), "http.web_config_file", "PODGPU_EMF_WEB_CONFIG_FILE", None,
+           "exporter-toolkit web config of /metrics and /health: TLS, client certificates, "
+           "bcrypt basic auth, response headers; followed while running (docs/web-config.md)",
+           metavar="FILE"),
 )
-OPTIONS: tuple[Option, ...] = OWN + EMF_OPTIONS + LOG_OPTIONS
+OPTIONS: tuple[Option, ...] = OWN + HTTP_LIMIT_OPTIONS + EMF_OPTIONS + LOG_OPTIONS
 """Every `podgpu emf` flag; add one with an entry in OWN and a field in BridgeSettings."""
 
 
@@ -106,7 +111,7 @@ def settings_from(ns: argparse.Namespace, env: Mapping[str, str] | None = None
     return BridgeSettings(
         targets=targets, scrape_interval=interval, scrape_timeout=timeout, job=val["job"],
         target_labels=val["target_labels"], honor_labels=val["honor_labels"], node_name=node,
-        emf=emf, http=HttpSettings(host=host, port=port),
+        emf=emf, http=HttpSettings(host=host, port=port, **section(r, "http")),  # type: ignore[arg-type]
         log=log_settings(r))
 
 

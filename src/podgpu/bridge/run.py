@@ -10,16 +10,13 @@ grace), unsent events stay in the spool when there is one.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import logging
 import math
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podgpu import logs
 from podgpu.bridge.options import BridgeSettings, parse_args
@@ -28,6 +25,11 @@ from podgpu.bridge.series import Dropped, Group, TargetLabels, to_series
 from podgpu.emfbuild import build_emf_sink
 from podgpu.sinks.cloudwatch import EmfSink
 from podgpu.sinks.prometheus.text import escape_label_value, family_header, format_seconds
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from podgpu.http.websecurity import WebSecurity
 
 log = logging.getLogger("podgpu.emf")
 
@@ -44,7 +46,8 @@ class Bridge:
             labels = TargetLabels(job=settings.job, instance=instance,
                                   extra=settings.target_labels,
                                   honor_labels=settings.honor_labels, cluster_name=cluster,
-                                  node_name=settings.node_name)
+                                  node_name=settings.node_name,
+                                  identity=settings.emf.identity)
             self.targets.append((Target(url, instance, settings.scrape_timeout), labels))
         self._pool = cf.ThreadPoolExecutor(max_workers=2 * len(self.targets),
                                            thread_name_prefix="podgpu-scrape")
@@ -142,66 +145,81 @@ def build_sink(settings: BridgeSettings) -> tuple[EmfSink, str]:
     offers series itself."""
     return build_emf_sink(settings.emf, node=settings.node_name, series=lambda _cluster: None,
                           what=f"EMF bridge: {len(settings.targets)} target(s) every "
-                          f"{settings.scrape_interval:g} s")
+                          f"{settings.scrape_interval:g} s",
+                          route_labels={"job": settings.job, **dict(settings.target_labels)})
 
 
-def serve_http(bridge: Bridge, host: str | None, port: int) -> ThreadingHTTPServer:
-    """/metrics (the bridge's own counters) and /health, on a daemon thread."""
+def make_app(bridge: Bridge) -> web.Application:
+    """/metrics (the bridge's own counters and the sink's) and /health, served through
+    podgpu.http like `serve` (web config, connection guard, request deadline)."""
+    from podgpu.http.textapp import make_text_app
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, "text/plain; version=0.0.4; charset=utf-8",
-                           bridge.render_metrics().encode())
-            elif path == "/health":
-                status, body = bridge.health()
-                self._send(status, "application/json", json.dumps(body).encode())
-            else:
-                self._send(404, "text/plain", b"podgpu emf: /metrics, /health\n")
-
-        def _send(self, status: int, ctype: str, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer((host or "", port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="podgpu-emf-http", daemon=True).start()
-    return server
+    return make_text_app(lambda: bridge.render_metrics().encode(), bridge.health,
+                         index=b"podgpu emf: /metrics, /health\n")
 
 
-def run(settings: BridgeSettings, *, install_signals: bool = True,
-        ready: Callable[[Bridge], None] | None = None) -> int:
+def run(settings: BridgeSettings, *, ready: Callable[[Bridge], None] | None = None) -> int:
+    """Scrape and send until SIGTERM/SIGINT (or the tick loop dies: exit 1). With a listener,
+    the tick loop runs on its own thread and the event loop serves /metrics and /health."""
+    security = None
+    if settings.http.web_config_file:
+        from podgpu.http.websecurity import WebSecurity
+
+        security = WebSecurity(settings.http.web_config_file)  # exit 2 before anything starts
     sink, cluster = build_sink(settings)
     bridge = Bridge(settings, sink, cluster)
-    server = None
-    if settings.http.port is not None:
-        try:
-            server = serve_http(bridge, settings.http.host, settings.http.port)
-        except OSError as exc:
-            print(f"podgpu emf: cannot listen on {settings.http.host or ''}:{settings.http.port}: "
-                  f"{exc.strerror or exc}", file=sys.stderr)
-            return 1
-    if install_signals:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: bridge.stop())
     sink.start()
-    if ready is not None:
-        ready(bridge)
     try:
-        bridge.run()
+        if settings.http.port is None:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: bridge.stop())
+            if ready is not None:
+                ready(bridge)
+            bridge.run()
+            return 0
+        return _run_serving(bridge, settings, security, ready)
     finally:
         bridge.close()
         sink.stop()
-        if server is not None:
-            server.shutdown()
-    return 0
+
+
+def _run_serving(bridge: Bridge, settings: BridgeSettings, security: WebSecurity | None,
+                 ready: Callable[[Bridge], None] | None) -> int:
+    from podgpu.http.guard import Limits
+    from podgpu.http.lifecycle import Stopper
+    from podgpu.http.server import serve_until_stopped
+    from podgpu.reload import install_sighup
+
+    stopper = Stopper()
+    died: list[BaseException] = []
+
+    def ticks() -> None:
+        try:
+            bridge.run()
+        except BaseException as exc:  # the process must not serve a dead bridge's health
+            log.error("the tick loop stopped: %s: %s", type(exc).__name__, exc)
+            died.append(exc)
+            stopper.stop("the tick loop stopped")
+
+    app = make_app(bridge)
+    if security is not None:
+        security.install(app)
+    install_sighup(app, on_loop=[security.request_reload] if security is not None else [])
+    thread = threading.Thread(target=ticks, name="podgpu-emf-ticks", daemon=True)
+    thread.start()
+    if ready is not None:
+        ready(bridge)
+    try:
+        assert settings.http.port is not None
+        stopper.run(serve_until_stopped(
+            app, settings.http.host, settings.http.port,
+            limits=Limits(max_connections=settings.http.max_connections,
+                          request_timeout=settings.http.request_timeout),
+            ssl_context=security.ssl_context if security is not None else None))
+    finally:
+        bridge.stop()
+        thread.join(settings.scrape_timeout + 5.0)
+    return 1 if died else 0
 
 
 def main(argv: Sequence[str]) -> int:

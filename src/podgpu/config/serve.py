@@ -45,6 +45,17 @@ MIN_COLLECT_INTERVAL_MS = 100  # NVML profiling needs samples >= 100 ms apart
 MAX_COLLECT_INTERVAL_MS = 3_600_000  # an hour; beyond it the loop's timers overflow (issue 13)
 MAX_WINDOW_MS = 7 * 24 * 3_600_000  # a week of XID / clock-event history
 
+HTTP_LIMIT_OPTIONS: tuple[Option, ...] = (
+    Option(("--http-max-connections",), "http.max_connections", "PODGPU_HTTP_MAX_CONNECTIONS",
+           DEFAULT_HTTP_MAX_CONNECTIONS, "open HTTP connections at most (kept below the file "
+           "descriptor limit); at the cap the oldest one without a completed request is closed",
+           v.connections, metavar="N"),
+    Option(("--http-request-timeout",), "http.request_timeout", "PODGPU_HTTP_REQUEST_TIMEOUT",
+           DEFAULT_HTTP_REQUEST_TIMEOUT, "seconds a connection has to send a request and read "
+           "the answer before it is closed", v.seconds_between(1.0, 600.0), metavar="SECONDS"),
+)
+"""The listener's limits (http.guard), the same for serve and emf."""
+
 SERVE_OPTIONS: tuple[Option, ...] = (
     Option(("-f", "--collectors"), "collect.collectors", "DCGM_EXPORTER_COLLECTORS", None,
            "metric list in dcgm-exporter's CSV format", metavar="FILE",
@@ -106,13 +117,7 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            shown="unset: every label"),
     Option(("--proc-root",), "kubernetes.proc_root", "PODGPU_PROC_ROOT", "/proc",
            "where the host's /proc is mounted (GPU process -> cgroup -> pod)", metavar="PATH"),
-    Option(("--http-max-connections",), "http.max_connections", "PODGPU_HTTP_MAX_CONNECTIONS",
-           DEFAULT_HTTP_MAX_CONNECTIONS, "open HTTP connections at most (kept below the file "
-           "descriptor limit); at the cap the oldest one without a completed request is closed",
-           v.connections, metavar="N"),
-    Option(("--http-request-timeout",), "http.request_timeout", "PODGPU_HTTP_REQUEST_TIMEOUT",
-           DEFAULT_HTTP_REQUEST_TIMEOUT, "seconds a connection has to send a request and read "
-           "the answer before it is closed", v.seconds_between(1.0, 600.0), metavar="SECONDS"),
+    *HTTP_LIMIT_OPTIONS,
     Option(("-o", "--use-old-namespace"), "output.old_namespace",
            "DCGM_EXPORTER_USE_OLD_NAMESPACE", False, "dcgm-exporter 1.x label names (uuid, "
            "pod_name, pod_namespace, container_name); pair with a 1.x metric list (dcgm_* names)",

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 from podgpu.backends.nvml import NvmlBackend
 from podgpu.backends.nvml_events import WindowCounter
 from podgpu.fields.catalog import BY_NAME
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, wait_for
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml
 
 WANT = [BY_NAME["DCGM_FI_DEV_XID_ERRORS"], BY_NAME["DCGM_EXP_XID_ERRORS_COUNT"]]
@@ -16,15 +14,6 @@ WANT = [BY_NAME["DCGM_FI_DEV_XID_ERRORS"], BY_NAME["DCGM_EXP_XID_ERRORS_COUNT"]]
 def two_gpus() -> FakeNvml:
     return FakeNvml([FakeGpu("GPU-00000000-0000-0000-0000-000000000000"),
                      FakeGpu("GPU-11111111-0000-0000-0000-000000000000", minor=1)])
-
-
-def wait_for(cond: object, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(cond) and cond():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
 
 
 def test_xid_last_value_and_windowed_count_per_code() -> None:

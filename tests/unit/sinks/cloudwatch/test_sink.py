@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,11 @@ from podgpu.sinks.cloudwatch.destinations import SocketDestination, parse_target
 from podgpu.sinks.cloudwatch.encode import Encoder
 from podgpu.sinks.cloudwatch.queue import EventQueue
 from podgpu.sinks.cloudwatch.sink import EmfSink
+from tests.conftest import wait_for
 from tests.unit.sinks.cloudwatch.simnode import SimNode
 from tests.unit.sinks.cloudwatch.test_queue_sender import FakeDestination
 
 SEED = Path(__file__).resolve().parents[3] / "fixtures" / "seed" / "cwagent-config.json"
-
-
-def wait_for(cond, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
 
 
 def test_sink_sends_each_closed_window_and_reports_metrics() -> None:
