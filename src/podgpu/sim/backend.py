@@ -25,9 +25,10 @@ from podgpu.errors import ConfigError
 from podgpu.fields.catalog import CATALOG, Field
 from podgpu.model import Device, LabeledValue, Sample
 from podgpu.model.device import Value
+from podgpu.sim.lost import LostGpu, lost_gpu_sample
 
 if TYPE_CHECKING:
-    from podgpu.sim.scenario import Scenario
+    from podgpu.sim.scenario import Scenario, ScenarioXid
 
 SIM_DRIVER_VERSION = "580.159.04"
 SIM_NVML_VERSION = "13.580.159.04"
@@ -124,7 +125,10 @@ class SimulatedBackend:
         self._epoch = clock()  # start of the first busy phase
         # DCGM_EXP_* windows (issue 9): XIDs come from the scenario's schedule (a pure function
         # of time); clock events are counted per read, as dcgm-exporter counts samples.
-        self._xids = scenario.xids if scenario is not None else ()
+        # GPUs falling off the bus (issue 17, sim/lost.py): each loss is one XID event too
+        self._lost = scenario.lost_gpus if scenario is not None else ()
+        self._xids: tuple[ScenarioXid | LostGpu, ...] = (
+            (*scenario.xids, *self._lost) if scenario is not None else ())
         self._xid_window = xid_window_seconds
         self._clock_window = clock_events_window_seconds
         self._clock_seen: dict[int, collections.deque[tuple[float, int]]] = {}
@@ -161,11 +165,17 @@ class SimulatedBackend:
 
     def read(self, fields: Sequence[Field], *, processes: bool = False) -> Reading:
         now = self._clock()
-        samples = tuple(self._sample(d, fields, now) for d in self._devices)
+        gone = {x.gpu: x.xid for x in self._lost if x.lost(now - self._epoch)}
+        samples = tuple(lost_gpu_sample(d, fields, self._values(d, now),
+                                        self._xid_counts(d.index, now), gone[d.index],
+                                        self._xid_window) if d.index in gone
+                        else self._sample(d, fields, now) for d in self._devices)
+        lost = tuple((s.device.device_name, s.lost) for s in samples if s.lost is not None)
         if not processes or self._scenario is None:
-            return Reading(samples=samples)
-        return Reading(samples=samples, processes=self._scenario.processes(
-            self._devices, lambda d: self._usage(d, now)))
+            return Reading(samples=samples, lost=lost, errors=len(lost))
+        live = tuple(d for d in self._devices if d.index not in gone)
+        return Reading(samples=samples, lost=lost, errors=len(lost),
+                       processes=self._scenario.processes(live, lambda d: self._usage(d, now)))
 
     def _usage(self, dev: Device, now: float) -> tuple[float, int]:
         """(GPU_UTIL %, FB_USED bytes) of `dev` at `now`, for the scenario's processes."""

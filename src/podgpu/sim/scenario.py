@@ -21,7 +21,8 @@ device's GPU_UTIL and FB_USED, so the per-pod series add up to the device series
             gpus: [{gpu: 1, replica: 0, share: 0.6}]
 
 Optional per pod: `uid` (default derived from namespace/name); per GPU: `replica`, `share`
-(0..1, default 1), `processes` (default 1), `resource` (default nvidia.com/gpu).
+(0..1, default 1), `processes` (default 1), `resource` (default nvidia.com/gpu). Optional at the
+top: `xids` (injected XID errors) and `lost_gpus` (GPUs falling off the bus, sim/lost.py).
 
 Bounded (issue 13), so a hostile or mistaken file is a one-line error, never a traceback or a
 gigabyte: files up to MAX_FILE_BYTES of UTF-8, nesting no deeper than the format needs, at most
@@ -44,6 +45,7 @@ from podgpu.attribution.base import Attribution
 from podgpu.attribution.enrich import EnrichOptions, shape_ref
 from podgpu.errors import ConfigError
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess
+from podgpu.sim.lost import LostGpu, check_lost_gpu_count, parse_lost_gpus
 
 _UID_NS = uuid.UUID("0d4b8f0e-6c1a-4b8e-9f57-3a1c2e5d7b90")
 _FIRST_PID = 104_000
@@ -103,6 +105,8 @@ class Scenario:
     source: str = "built-in default"
     xids: tuple[ScenarioXid, ...] = ()
     """Injected XID errors (issue 9): DCGM_FI_DEV_XID_ERRORS and the windowed counts move."""
+    lost_gpus: tuple[LostGpu, ...] = ()
+    """GPUs that fall off the bus (issue 17, sim/lost.py)."""
 
     def busy_gpus(self) -> set[int]:
         """GPUs whose processes use them: the simulated backend runs the burn pattern on these."""
@@ -110,6 +114,7 @@ class Scenario:
 
     def check_gpu_count(self, count: int) -> None:
         """Raise ConfigError when the scenario names a GPU the simulated node does not have."""
+        check_lost_gpu_count(self.lost_gpus, count, self.source)
         for xi, x in enumerate(self.xids):
             if x.gpu >= count:
                 raise ConfigError(f"{self.source}: xids[{xi}].gpu: gpu {x.gpu} does not exist; "
@@ -332,7 +337,7 @@ def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
             raise fail(where, f"{len(value)} entries; at most {most}")
         return value
 
-    top = obj(data, "top level", {"pods", "xids"}, {"pods"})
+    top = obj(data, "top level", {"pods", "xids", "lost_gpus"}, {"pods"})
     pods = sized(top["pods"], "pods", MAX_PODS)
     processes = 0
     containers: list[ScenarioContainer] = []
@@ -408,7 +413,8 @@ def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
         xids.append(ScenarioXid(integer(x["gpu"], f"{xw}.gpu", 0, MAX_GPU),
                                 integer(x["xid"], f"{xw}.xid", 1, 999), float(every),
                                 float(offset)))
-    return Scenario(tuple(containers), source, tuple(xids))
+    lost = parse_lost_gpus(top.get("lost_gpus"), source, max_gpu=MAX_GPU, max_seconds=MAX_SECONDS)
+    return Scenario(tuple(containers), source, tuple(xids), lost)
 
 
 def _short(value: Any) -> str:
