@@ -88,8 +88,10 @@ class _Handler(socketserver.BaseRequestHandler):
             self._chunked(sock, int(query.get("mib", "0")))
         elif path == "/series":
             n = int(query.get("n", "100000"))
-            text = "# TYPE many gauge\n" + "".join(f'many{{i="{i}"}} {i}\n' for i in range(n))
-            self._send(sock, "200 OK", text.encode())
+            if n not in srv.series:
+                srv.series[n] = ("# TYPE many gauge\n" + "".join(
+                    f'many{{i="{i}"}} {i}\n' for i in range(n))).encode()
+            self._send(sock, "200 OK", srv.series[n])
         elif path == "/trickle":
             sock.sendall(b"HTTP/1.1 200 OK\r\n")
             while not srv.stopping.is_set():
@@ -131,6 +133,7 @@ class HostilePeers(socketserver.ThreadingTCPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.hits: dict[str, int] = {}
         self.bombs: dict[int, bytes] = {}
+        self.series: dict[int, bytes] = {}
         self.bodies: dict[str, tuple[str, str, bytes]] = {}
         self.stopping = threading.Event()
         self.served = 0

@@ -97,31 +97,27 @@ def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] 
     path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
     hdrs = {"Host": parts.netloc.rpartition("@")[2], **(headers or {})}
     dog = _Watchdog(timeout)
-    late = f"no complete answer within {timeout:g} s"
+    error = ""
     try:
         conn.connect()
         dog.watch(conn.sock)
         conn.request("GET", path, headers=hdrs)
         resp = conn.getresponse()
         body = _body(resp, max_bytes)
-        if dog.expired:  # the shutdown can look like the clean end of a short answer
-            raise GetError(late)
-        return Answer(body, resp.getheader("Content-Type") or "",
-                      resp.headers.get_content_charset())
-    except GetError:
-        if dog.expired:
-            raise GetError(late) from None
-        raise
-    except Exception as exc:  # refused, reset, TLS, a bad status line, or the watchdog
-        if dog.expired:
-            raise GetError(late) from None
-        if isinstance(exc, (OSError, http.client.HTTPException, ValueError)):
-            raise GetError(printable(getattr(exc, "strerror", None) or str(exc)
-                                     or type(exc).__name__)) from None
-        raise
+        if not dog.expired:  # the shutdown can look like the clean end of a short answer
+            return Answer(body, resp.getheader("Content-Type") or "",
+                          resp.headers.get_content_charset())
+        del body
+    except GetError as exc:
+        error = str(exc)
+    except (OSError, http.client.HTTPException, ValueError) as exc:  # refused, reset, TLS, ...
+        error = printable(getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
     finally:
         dog.cancel()
         conn.close()
+    # Raised here, outside the handlers, so the error holds no traceback of the read (whose
+    # frames hold up to `max_bytes` of body) and memory is returned at once, not by the GC.
+    raise GetError(f"no complete answer within {timeout:g} s" if dog.expired else error)
 
 
 def _body(resp: http.client.HTTPResponse, limit: int) -> bytes:

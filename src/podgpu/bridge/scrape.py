@@ -146,8 +146,10 @@ class Target:
             answer = get(self._plain_url, timeout=self._timeout, max_bytes=self.max_bytes,
                          headers=self._headers)
         except GetError as exc:
-            raise ScrapeError(str(exc)) from None
-        return self._text(answer.body, answer.charset or "utf-8")
+            error = str(exc)
+        else:
+            return self._text(answer.body, answer.charset or "utf-8")
+        raise ScrapeError(error)  # outside the handler: no chain back to the read's frames
 
     def _text(self, body: bytes, charset: str) -> str:
         n = count_samples(body)
@@ -167,13 +169,16 @@ class Target:
             self._fail("the previous scrape is still running", 0.0)
             raise ScrapeError("the previous scrape is still running")
         t0 = time.perf_counter()
+        error = ""
         try:
             families = parse_exposition(self.fetch())
         except (ScrapeError, ParseError) as exc:
-            self._fail(str(exc), time.perf_counter() - t0)
-            raise ScrapeError(str(exc)) from None
+            error = str(exc)
         finally:
             self._busy.release()
+        if error:  # raised outside the handler, so no frame holding the body stays referenced
+            self._fail(error, time.perf_counter() - t0)
+            raise ScrapeError(error)
         with self._lock:
             self._ok += 1
             self._up = True
