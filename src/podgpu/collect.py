@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from podgpu.attribution.base import Attribution, Attributor
 from podgpu.backends.base import Backend, Reading
@@ -31,12 +31,15 @@ class Collector:
         *,
         attributor: Attributor | None = None,
         want_processes: bool = False,
+        hpc_jobs: Callable[[], Mapping[str, tuple[str, ...]]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """`hpc_jobs`: reads the HPC job mapping once per cycle (--hpc-job-mapping-dir)."""
         self._backend = backend
         self._fields = fields
         self._attributor = attributor
         self._want_processes = want_processes
+        self._hpc_jobs = hpc_jobs
         self._clock = clock
         self._errors: Counter[str] = Counter({backend.name: 0})
         if attributor is not None:
@@ -91,6 +94,7 @@ class Collector:
             attribution_status=attribution.status,
             errors_total=tuple(sorted(self._errors.items())),
             cycle=self._cycle,
+            hpc_jobs=tuple(sorted(self._hpc_jobs().items())) if self._hpc_jobs else (),
         )
 
 

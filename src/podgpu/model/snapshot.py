@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podgpu.model.device import Sample
+from podgpu.model.device import Device, Sample
 from podgpu.model.pods import Allocation, GpuProcess
 
 
@@ -38,6 +38,20 @@ class Snapshot:
     """Cumulative collection errors per source since start (podgpu_collect_errors_total)."""
     cycle: int = 0
     """Number of this cycle since start, from 1."""
+    hpc_jobs: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """HPC job mapping (--hpc-job-mapping-dir): mapping-file key (`"0"`, or `"2.1"` for GPU 2's
+    instance 1) -> job ids; each series of such a device is exported once per job."""
+
+    def jobs_of(self, device: Device) -> tuple[str, ...]:
+        """The HPC jobs on `device` (its GPU index, or GPU.instance for a MIG instance)."""
+        if not self.hpc_jobs:
+            return ()
+        key = (f"{device.index}.{device.mig_gi_id}" if device.mig_gi_id is not None
+               else str(device.index))
+        for k, jobs in self.hpc_jobs:
+            if k == key:
+                return jobs
+        return ()
 
     def stage(self, name: str) -> StageResult | None:
         for s in self.stages:

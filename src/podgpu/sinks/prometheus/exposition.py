@@ -19,6 +19,7 @@ from podgpu.sinks.prometheus.labels import (
     holders_by_device,
     identity_pairs,
     series_variants,
+    with_jobs,
 )
 from podgpu.sinks.prometheus.text import family_header, format_value, label_pairs
 
@@ -39,14 +40,15 @@ Pairs = tuple[tuple[str, str], ...]
 
 def _variants(
     sample: Sample, label_fields: tuple[tuple[str, str], ...],
-    holders: dict[str, list[Allocation]], opts: LabelOptions,
+    holders: dict[str, list[Allocation]], opts: LabelOptions, jobs: tuple[str, ...] = (),
 ) -> list[tuple[Pairs, Pairs, Pairs, str]]:
     """(identity, sorted labels, attributes, rendered `{...}` body) for each series of a device:
     usually one, several with --kubernetes-virtual-gpus on a shared GPU."""
     ident = identity_pairs(sample.device, opts)
     fields = field_label_pairs(sample, label_fields)
     out = []
-    for extra, attrs in series_variants(holders.get(sample.device.key, []), opts):
+    for extra, attrs in with_jobs(series_variants(holders.get(sample.device.key, []), opts),
+                                  jobs):
         middle = tuple(sorted(fields + extra))
         out.append((ident, middle, attrs, label_pairs(ident + middle + attrs)))
     return out
@@ -57,7 +59,8 @@ def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> byte
     # label rows: (value key, label name as the list spells it), sorted by label name
     label_fields = tuple(sorted(((r.name, r.out) for r in metrics.labels), key=lambda p: p[1]))
     holders = holders_by_device(snapshot.allocations)
-    variants = [(s, _variants(s, label_fields, holders, lopts)) for s in snapshot.samples]
+    variants = [(s, _variants(s, label_fields, holders, lopts, snapshot.jobs_of(s.device)))
+                for s in snapshot.samples]
     parts: list[str] = []
     for row in metrics.metrics:
         key, name, vtype = row.name, row.out, row.field.value_type

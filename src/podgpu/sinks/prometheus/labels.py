@@ -140,3 +140,13 @@ def series_variants(
             out.append((pod_label_pairs(a.container, opts), tuple(sorted(attrs))))
         return out
     return [((), ())]
+
+
+def with_jobs(variants: list[tuple[Pairs, Pairs]], jobs: tuple[str, ...]
+              ) -> list[tuple[Pairs, Pairs]]:
+    """Each series once per HPC job, with `hpc_job` among the attributes (which dcgm-exporter
+    prints in key order); unchanged when the device has no job (--hpc-job-mapping-dir)."""
+    if not jobs:
+        return variants
+    return [(extra, tuple(sorted((*attrs, ("hpc_job", job))))) for extra, attrs in variants
+            for job in jobs]
