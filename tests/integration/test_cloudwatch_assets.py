@@ -17,6 +17,7 @@ from typing import Any
 import boto3
 import pytest
 
+from podgpu.accounting import Accountant
 from podgpu.sinks.cloudwatch import EmfSink, load_emf_config
 from podgpu.sinks.cloudwatch.encode import Encoder
 from podgpu.sinks.cloudwatch.queue import EventQueue
@@ -46,8 +47,11 @@ def produced(config: Path) -> tuple[set[tuple[str, str, frozenset[str]]], set[st
     sink = EmfSink(node.builder(), Encoder(load_emf_config(str(config))), EventQueue(1 << 24),
                    captured, interval=60)
     sink.start()
+    accountant = Accountant(node.builder().options.labels)  # issue 21's counters, as serve does
     for snap in node.snapshots(150):
         sink.offer(snap)
+        accountant.observe(snap)
+        sink.offer_counters(snap.taken_at, accountant.emf_items())
     sink.stop()
     seen = {(x.namespace, x.name, frozenset(dict(x.dimensions))) for _, m in captured.events
             for x in extract(m)}
@@ -100,9 +104,10 @@ def test_dashboard_queries_only_what_the_sink_produced_and_moto_accepts_it(
     # the seed's graph, and the profiling ratios the simulated H100 has
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"} <= metrics_graphed
-    if which == "example":  # the per-pod series of shared GPUs
-        assert {"podgpu_pod_gpu_utilization_ratio",
-                "podgpu_pod_gpu_memory_used_bytes"} <= metrics_graphed
+    if which == "example":  # the per-pod series of shared GPUs, the accounting counters
+        assert {"podgpu_pod_gpu_utilization_ratio", "podgpu_pod_gpu_memory_used_bytes",
+                "podgpu_pod_gpu_allocated_seconds_total", "podgpu_pod_gpu_used_seconds_total",
+                "podgpu_pod_gpu_energy_joules_total"} <= metrics_graphed
     else:  # memory is not in the seed's selectors: said so on the dashboard and on stderr
         assert "DCGM_FI_DEV_FB_USED" in res.stderr
         assert any("DCGM_FI_DEV_FB_USED" in w["properties"].get("markdown", "")
@@ -156,4 +161,4 @@ def test_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
         res = podgpu(cmd, "--cloudwatch-config", str(bad))
         assert res.returncode == 2
         (line,) = res.stderr.strip().splitlines()
-        assert str(bad) in line and "metric_selectors[0]: invalid regular expression" in line
+        assert str(bad) in line and "metric_selectors[0]: bad regex" in line

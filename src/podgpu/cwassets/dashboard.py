@@ -9,10 +9,11 @@ Legends name the pod (`${PROP('Dim.pod')}`), as the seed's Grafana legend `Pod {
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podgpu.cwassets.targets import MetricTarget, quote, targets
+from podgpu.cwassets.targets import MetricTarget, filters, per_pod, quote, targets
 from podgpu.sinks.cloudwatch.declarations import EmfConfig
 
 
@@ -37,37 +38,45 @@ GRAPHS: tuple[Graph, ...] = (
     Graph("Tensor pipe active per pod (ratio)", ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",)),
     Graph("DRAM active per pod (ratio)", ("DCGM_FI_PROF_DRAM_ACTIVE",)),
     Graph("XID errors per pod (last XID)", ("DCGM_FI_DEV_XID_ERRORS",), stat="Maximum"),
+    # issue 21: podgpu's accounting counters arrive as per-minute deltas; Sum is the minute's
+    Graph("GPU-seconds held and used per pod, per minute (60 = one whole GPU)",
+          ("podgpu_pod_gpu_allocated_seconds_total", "podgpu_pod_gpu_used_seconds_total"),
+          stat="Sum"),
+    Graph("GPU energy per pod (J per minute)", ("podgpu_pod_gpu_energy_joules_total",),
+          stat="Sum"),
 )
 WIDTH, HEIGHT = 12, 6
 
 
-def search(t: MetricTarget, cluster: str, stat: str, period: int) -> str:
+def search(t: MetricTarget, cluster: str, stat: str, period: int,
+           constant: Mapping[str, str] | None = None) -> str:
     schema = ",".join(quote(x) for x in (t.namespace, *t.dimensions))
-    where = f' ClusterName="{cluster}"' if cluster and "ClusterName" in t.dimensions else ""
+    where = "".join(f' {k}="{v}"' for k, v in filters(t, constant or {}, cluster).items())
     return f"SEARCH('{{{schema}}} MetricName=\"{t.metric}\"{where}', '{stat}', {period})"
 
 
-def legend(t: MetricTarget) -> str:
-    parts = [f"${{PROP('Dim.{d}')}}" for d in ("Namespace", "pod") if d in t.dimensions]
+def legend(t: MetricTarget, constant: Mapping[str, str] | None = None) -> str:
+    parts = [f"${{PROP('Dim.{d}')}}" for d in per_pod(t, constant or {})]
     return "/".join(parts) or "${PROP('MetricName')}"
 
 
-def dashboard(config: EmfConfig, *, region: str, cluster: str = "", period: int = 60
-              ) -> tuple[dict[str, Any], list[str]]:
-    """(body, what the config does not extract and so is not graphed)."""
+def dashboard(config: EmfConfig, *, region: str, cluster: str = "", period: int = 60,
+              constant: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(body, what the config does not extract and so is not graphed). `constant`: the labels
+    every series carries as configured (targets.py)."""
     widgets: list[dict[str, Any]] = []
     missing: list[str] = []
     n = 0
     for g in GRAPHS:
-        found = [t for m in g.metrics for t in targets(config, m)]
+        found = [t for m in g.metrics for t in targets(config, m, constant=constant)]
         if not found:
             missing.append(" or ".join(g.metrics))
             continue
         lines = []
         for t in found:
             n += 1
-            lines.append([{"expression": search(t, cluster, g.stat, period), "id": f"e{n}",
-                           "label": legend(t), "period": period}])
+            lines.append([{"expression": search(t, cluster, g.stat, period, constant),
+                           "id": f"e{n}", "label": legend(t, constant), "period": period}])
         title = g.title + (f" ({g.unit_note})" if g.unit_note and len(found) > 1 else "")
         i = len(widgets)
         widgets.append({"type": "metric", "x": (i % 2) * WIDTH, "y": (i // 2) * HEIGHT,
