@@ -36,8 +36,12 @@ SEARCH = re.compile(r"^SEARCH\('\{(?P<schema>[^}]*)\} MetricName=\"(?P<metric>[^
                     r"(?P<filters>(?: [A-Za-z]+=\"[^\"]*\")*)', '(?P<stat>Average|Maximum|Minimum"
                     r"|Sum|SampleCount)', (?P<period>\d+)\)$")
 INSIGHTS = re.compile(r"^SELECT (?P<func>MAX|MIN|AVG|SUM|COUNT)\((?P<metric>\w+)\) FROM SCHEMA\("
-                      r"(?P<schema>[^)]*)\)(?: WHERE ClusterName = '(?P<cluster>[^']*)')?"
+                      r"(?P<schema>[^)]*)\)(?: WHERE (?P<where>\w+ = '[^']*'(?: AND \w+ = '[^']*')*))?"
                       r"(?: GROUP BY (?P<by>[\w, ]+))?$")
+IDENTITY = ("--emf-namespace", "gpu-operator", "--emf-label", "Service=nvidia-dcgm-exporter")
+"""As the sink runs in produced() (tests/unit/sinks/cloudwatch/simnode.py's OPTS)."""
+CONSTANT = {"ClusterName": "prod", "Namespace": "gpu-operator", "Service": "nvidia-dcgm-exporter",
+            "job": "kubernetes-service-endpoints"}
 
 
 def produced(config: Path) -> tuple[set[tuple[str, str, frozenset[str]]], set[str]]:
@@ -80,7 +84,7 @@ def test_dashboard_queries_only_what_the_sink_produced_and_moto_accepts_it(
         moto_url: str, which: str) -> None:
     seen, clusters = produced(CONFIGS[which])
     res = podgpu("cloudwatch-dashboard", "--cloudwatch-config", str(CONFIGS[which]),
-                 "--cluster-name", "prod", "--region", "us-east-1")
+                 "--cluster-name", "prod", "--region", "us-east-1", *IDENTITY)
     assert res.returncode == 0, res.stderr
     body = json.loads(res.stdout)
     graphs = [w for w in body["widgets"] if w["type"] == "metric"]
@@ -98,8 +102,10 @@ def test_dashboard_queries_only_what_the_sink_produced_and_moto_accepts_it(
             assert m, line["expression"]
             ns, *dims = names(m["schema"])
             assert (ns, m["metric"], frozenset(dims)) in seen, (m["metric"], dims)
-            assert "pod" in dims and "${PROP('Dim.pod')}" in line["label"]
-            assert m["filters"] == ' ClusterName="prod"' and "prod" in clusters
+            assert "pod" in dims and line["label"] == "${PROP('Dim.pod')}"  # Namespace is constant
+            # the queries follow the identity configured: every constant dimension is a filter
+            want = "".join(f' {k}="{v}"' for k, v in sorted(CONSTANT.items()) if k in dims)
+            assert m["filters"] == want and "prod" in clusters
             metrics_graphed.add(m["metric"])
     # the seed's graph, and the profiling ratios the simulated H100 has
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
@@ -124,7 +130,7 @@ def test_alarms_query_only_what_the_sink_produced_and_moto_accepts_them(
         moto_url: str, which: str) -> None:
     seen, _ = produced(CONFIGS[which])
     res = podgpu("cloudwatch-alarms", "--cloudwatch-config", str(CONFIGS[which]),
-                 "--cluster-name", "prod", "--expected-gpus", "1", "--alarm-prefix", which,
+                 "--cluster-name", "prod", "--expected-gpus", "1", "--alarm-prefix", which, *IDENTITY,
                  "--alarm-action", "arn:aws:sns:us-east-1:123456789012:gpu-alerts")
     assert res.returncode == 0, res.stderr
     alarms = json.loads(res.stdout)
@@ -138,8 +144,9 @@ def test_alarms_query_only_what_the_sink_produced_and_moto_accepts_them(
         assert m, q["Expression"]
         ns, *dims = names(m["schema"])
         assert (ns, m["metric"], frozenset(dims)) in seen, (m["metric"], dims)
-        assert m["cluster"] == "prod"
-        assert set(names(m["by"] or "")) - {""} <= set(dims)
+        assert m["where"] == " AND ".join(f"{k} = '{v}'" for k, v in sorted(CONSTANT.items())
+                                          if k in dims)
+        assert set(names(m["by"] or "")) - {""} <= set(dims) - set(CONSTANT)
         assert a["DatapointsToAlarm"] <= a["EvaluationPeriods"]
         assert a["AlarmActions"] == ["arn:aws:sns:us-east-1:123456789012:gpu-alerts"]
         cw.put_metric_alarm(**a)

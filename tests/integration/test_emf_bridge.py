@@ -5,8 +5,8 @@ in server mode), read back and extracted with the spec-written validator (tests/
 The expected extraction is computed here from the seed text and the seed's declaration with the
 agent's rules as the reference states them (§2.4, §3.1), with a small parser of its own, not
 podgpu's: a declaration that matches, the selected names, the one dimension set, the values as
-exposed. The one documented difference from the agent's path is honor_labels: `pod` and
-`Namespace` are the workload's (docs/cloudwatch.md).
+exposed. `Namespace` is the exporter pod's (a target label, as the agent's service-endpoints job
+sets it); `pod` stays the workload's (no target label of that job clashes with it).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def expected_extraction(text: str, job: str, instance: str, cluster: str
     out = {}
     for name, labels, value in parse_seed(text):
         labels = {**labels, "job": job, "instance": instance, "Service": "nvidia-dcgm-exporter",
-                  "ClusterName": cluster, "Namespace": labels["namespace"],
+                  "ClusterName": cluster, "Namespace": "gpu-operator",
                   "prom_metric_type": types[name]}
         joined = ";".join(labels.get(s, "") for s in decl["source_labels"])
         if not re.search(decl["label_matcher"], joined):
@@ -147,7 +147,8 @@ def test_bridge_sends_the_seed_extraction_and_survives_a_target_going_away(
     cmd = [sys.executable, "-m", "podgpu", "emf", "--scrape", a.url, "--scrape", b.url,
            "--scrape-interval", "0.5", "--emf-interval", "1",
            "--cloudwatch-config", str(SEED_CONFIG), "--cluster-name", "bridge-e2e",
-           "--target-label", "Service=nvidia-dcgm-exporter", "--job", "dcgm",
+           "--target-label", "Service=nvidia-dcgm-exporter",
+           "--target-label", "Namespace=gpu-operator", "--job", "dcgm",
            "--emf-endpoint-url", moto_url, "--aws-region", "us-east-1",
            "--emf-log-stream", "node-1", "-a", f"127.0.0.1:{port}"]
     proc = subprocess.Popen(cmd, env={**os.environ, **CREDS, "PYTHONPATH": str(ROOT / "src")},

@@ -30,6 +30,34 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="the CloudWatch agent config podgpu sends with (default: the seed's)")
     p.add_argument("--cluster-name", default="",
                    help="only this ClusterName (default: every cluster in the namespace)")
+    # what podgpu sends with (issue 18): the assets follow the same identity
+    p.add_argument("--emf-identity", choices=("agent", "workload"),
+                   default=os.environ.get("PODGPU_EMF_IDENTITY", "agent"),
+                   help="as podgpu serve's --emf-identity (default agent)")
+    p.add_argument("--emf-namespace", metavar="NAME", default=os.environ.get("POD_NAMESPACE", ""),
+                   help="as serve's: the namespace podgpu runs in (default $POD_NAMESPACE)")
+    p.add_argument("--emf-job", metavar="NAME",
+                   default=os.environ.get("PODGPU_EMF_JOB", "kubernetes-service-endpoints"),
+                   help="as serve's --emf-job (default kubernetes-service-endpoints)")
+    p.add_argument("--emf-label", action="append", default=[], metavar="KEY=VALUE",
+                   help="as serve's --emf-label, repeatable (e.g. Service=nvidia-dcgm-exporter)")
+
+
+def _constant(args: argparse.Namespace) -> dict[str, str]:
+    """The labels every series podgpu sends carries with these settings."""
+    from podgpu.sinks.cloudwatch.series import SeriesOptions
+    from podgpu.sinks.prometheus.labels import LabelOptions
+
+    extra = []
+    for item in args.emf_label:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--emf-label {item!r}: expected KEY=VALUE")
+        extra.append((key, value))
+    opts = SeriesOptions(labels=LabelOptions(hostname=""), job=args.emf_job, cluster_name=args.cluster_name,
+                         extra=tuple(extra), identity=args.emf_identity,
+                         namespace=args.emf_namespace)
+    return opts.constant_labels()
 
 
 def main(command: str, argv: Sequence[str]) -> int:
@@ -56,11 +84,12 @@ def main(command: str, argv: Sequence[str]) -> int:
             raise ConfigError(f"--cluster-name {args.cluster_name!r}: letters, digits, '.', '_' "
                               "and '-' only")
         config = _config(args.cloudwatch_config)
+        constant = _constant(args)
         if command == "cloudwatch-dashboard":
             if not 1 <= args.period <= 86400 or (args.period >= 60 and args.period % 60):
                 raise ConfigError(f"--period {args.period}: 1, 5, 10, 30 or a multiple of 60")
             body, missing = dashboard(config, region=args.region, cluster=args.cluster_name,
-                                      period=args.period)
+                                      period=args.period, constant=constant)
             for m in missing:
                 print(f"podgpu {command}: not graphed, the config extracts no per-pod {m}",
                       file=sys.stderr)
@@ -73,7 +102,8 @@ def main(command: str, argv: Sequence[str]) -> int:
         out, skipped = alarms(config, cluster=args.cluster_name, prefix=args.alarm_prefix,
                               expected_gpus=args.expected_gpus,
                               samples_per_minute=args.samples_per_minute,
-                              idle_percent=args.idle_percent, actions=tuple(args.alarm_action))
+                              idle_percent=args.idle_percent, actions=tuple(args.alarm_action),
+                              constant=constant)
     except ConfigError as exc:
         print(f"podgpu {command}: {exc}", file=sys.stderr)
         return 2
