@@ -57,10 +57,11 @@ def make_scenario(settings: ServeSettings) -> Scenario | None:
 
 
 def make_backend(settings: ServeSettings, scenario: Scenario | None = None) -> Backend:
-    """The GPU backend, wrapped in the `-d` selection when one is given (issue 9)."""
+    """The GPU backend, wrapped in the `-d` selection (issue 9); the default `f` too, which
+    drops a MIG GPU's parent series beside its instances (issue 17 item 3)."""
     backend = _make_backend(settings, scenario)
-    if settings.collect.devices.flex:
-        return backend
+    if settings.collect.devices.flex and settings.simulation is not None:
+        return backend  # the simulated node has no MIG: flex keeps everything
     from podgpu.backends.select import SelectedBackend
 
     return SelectedBackend(backend, settings.collect.devices)

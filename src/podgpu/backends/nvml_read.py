@@ -26,7 +26,7 @@ from podgpu.backends.nvml_plan import (
     pick,
 )
 from podgpu.backends.nvml_state import GpuState
-from podgpu.fields.catalog import Field
+from podgpu.fields.catalog import BY_NAME, Field
 from podgpu.model import GpuProcess, LabeledValue, Sample
 from podgpu.model.device import Value
 
@@ -106,11 +106,16 @@ def read_gpu(
 def read_instance(
     lib: Lib, gpu: GpuState, inst: MigInstance, plan: Plan, parent: Sample
 ) -> tuple[Sample, int]:
-    """The per-instance (scope 'both') fields of one MIG GPU instance; labels from the parent."""
+    """The per-instance (scope 'both') fields of one MIG GPU instance, read on its handle; every
+    other value and labelled series (XID, health, clock events; not P2P) is the parent's, as
+    DCGM reports GPU-level fields on GPU-instance entities. With `-d f` a MIG GPU has only its
+    instances' series (issue 17 item 3), so its temperature, power, XID and health alerts stay."""
     acc = _Acc(lib, f"{gpu.name}/gi{inst.gi_id}")
-    for f in (*plan.labels, *plan.system):
-        if f.name in parent.values:
-            acc.values[f.name] = parent.values[f.name]
+    for name, value in parent.values.items():
+        f = BY_NAME.get(name)
+        if f is None or f.scope != "both":
+            acc.values[name] = value
+    acc.labeled.extend(lv for lv in parent.labeled if lv.field != derived.P2P)
     _calls(lib, inst.handle, plan, acc, mig=True)
     stream = gpu.instance_gpm.get(inst.gi_id)
     scoped = tuple((f, mid) for f, mid in plan.gpm if f.scope == "both")

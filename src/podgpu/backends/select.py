@@ -1,5 +1,12 @@
 """`-d/--devices`: a backend wrapper that keeps only the selected GPUs and MIG GPU instances.
 
+As dcgm-exporter 4.8.2 (`devicemonitoring.GetMonitoredEntities`): `f` (flex, the default) is the
+MIG GPU instances on MIG-enabled GPUs and whole GPUs elsewhere, so a MIG GPU has no parent series
+beside its instances and sums over series count each GPU once (issue 17 item 3). The parent
+series of a MIG GPU appear only when asked for, in dcgm-exporter's own spelling: `-d g` (every
+whole GPU, MIG-enabled ones included) or `-d g+i` (whole GPUs and every instance). A lost GPU's
+sample is whole-GPU (its instances cannot be enumerated) and is always kept in flex.
+
 Selection happens after the read, so one code path serves every backend; the devices left out
 still cost their NVML calls (a few ms per GPU), which keeps the NVML backend free of a second
 notion of "which devices". Indexes that do not exist are refused at start (exit 2), as
@@ -19,10 +26,10 @@ from podgpu.model.selection import DeviceSelection
 
 
 def selected(device: Device, sel: DeviceSelection, mig_gpus: frozenset[int]) -> bool:
-    """Whether `device` gets series. Flex (the default) keeps everything podgpu reads: every
-    GPU, and the instances of MIG GPUs beside their parent's GPU-level series."""
+    """Whether `device` gets series. Flex (the default): a MIG GPU's instances, not its parent;
+    every other GPU whole. `mig_gpus`: indexes of the GPUs with instances in this reading."""
     if sel.flex:
-        return True
+        return device.is_mig or device.index not in mig_gpus
     if device.is_mig:
         return sel.instances is not None and (not sel.instances
                                               or device.mig_gi_id in sel.instances)

@@ -80,10 +80,11 @@ def test_one_device_per_gpu_instance_with_parent_identity() -> None:
             parent.index, parent.uuid, parent.device_name, parent.model)
         assert d.mig_uuid and d.mig_uuid.startswith("MIG-") and d.key == d.mig_uuid
     samples = {s.device.mig_gi_id: s for s in reading.samples}
-    # whole-GPU fields stay on the parent; FB and GPM ('both') are per instance
-    assert "DCGM_FI_DEV_POWER_USAGE" in samples[None].values
-    assert "DCGM_FI_DEV_POWER_USAGE" not in samples[13].values
-    assert "DCGM_FI_DEV_POWER_USAGE" not in samples[13].missing  # not even asked
+    # whole-GPU fields are read on the parent and repeated on each instance, as DCGM reports
+    # GPU-level fields on GPU-instance entities (issue 17); FB and GPM ('both') are per instance
+    assert samples[13].values["DCGM_FI_DEV_POWER_USAGE"] == \
+        samples[None].values["DCGM_FI_DEV_POWER_USAGE"]
+    assert "DCGM_FI_DEV_POWER_USAGE" not in samples[13].missing
     assert samples[13].values["DCGM_FI_DEV_FB_USED"] == 512
     assert samples[1].values["DCGM_FI_DEV_FB_USED"] == 1000
     assert samples[5].values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.55)

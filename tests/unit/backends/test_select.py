@@ -54,6 +54,7 @@ def keys(spec: str) -> list[tuple[int, int | None]]:
 
 
 def test_gpu_instance_and_combined_selections() -> None:
+    assert keys("f") == [(0, None), (1, 1), (1, 2)]  # MIG GPU 1: its instances, not the parent
     assert keys("g") == [(0, None), (1, None)]
     assert keys("g:1") == [(1, None)]
     assert keys("i") == [(1, 1), (1, 2)]
@@ -75,3 +76,63 @@ def test_absent_devices_are_refused_at_open(spec: str, needle: str) -> None:
     with pytest.raises(ConfigError, match="^--devices: " + needle.replace("(", r"\(")
                        .replace(")", r"\)")):
         b.open()
+
+
+def test_flex_on_a_mixed_node_has_no_parent_series_for_mig_gpus_and_sums_match() -> None:
+    """Issue 17 item 3, through the fake NVML binding and the real renderer: GPU 0 whole, GPU 1
+    split into three MIG GPU instances. `-d f` (dcgm-exporter's default) shows GPU 0 and the
+    instances only, so summing FB over every series counts each byte once; `-d g+i` asks for the
+    parent beside its instances."""
+    from types import SimpleNamespace
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from podgpu.backends.nvml import NvmlBackend
+    from podgpu.model import Snapshot
+    from tests.conftest import FakeClock
+    from tests.fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml
+    from tests.unit.sinks.golden import render_default
+
+    mib = 2**20
+
+    def inst(gi: int, total: int, used: int) -> FakeMig:
+        return FakeMig(gi, f"MIG-{gi:08d}-1111-2222-3333-444444444444",
+                       f"NVIDIA H200 MIG {total // 1024}g.{total // 1024}gb",
+                       SimpleNamespace(total=total * mib, used=used * mib,
+                                       free=(total - used) * mib, reserved=0))
+
+    whole = FakeGpu("GPU-00000000-aaaa-bbbb-cccc-dddddddddddd", minor=0)
+    whole.values["nvmlDeviceGetMemoryInfo"] = SimpleNamespace(
+        total=143771 * mib, used=1000 * mib, free=142771 * mib, reserved=0)
+    split = FakeGpu("GPU-11111111-aaaa-bbbb-cccc-dddddddddddd", minor=1, mig_enabled=True,
+                    bus_id="00000000:2A:00.0",
+                    mig_slots=[inst(1, 71000, 300), None, inst(5, 35000, 20), inst(9, 35000, 7)])
+    split.values["nvmlDeviceGetMemoryInfo"] = SimpleNamespace(  # the parent sees all of it
+        total=141000 * mib, used=327 * mib, free=140673 * mib, reserved=0)
+    wanted = [BY_NAME[n] for n in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+                                   "DCGM_FI_DEV_POWER_USAGE")]
+
+    def exported(spec: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        b = SelectedBackend(NvmlBackend(pynvml_module=FakeNvml([whole, split]),  # type: ignore[arg-type]
+                                        clock=FakeClock()), parse_device_selection(spec))
+        b.open()
+        try:
+            r = b.read(wanted)
+        finally:
+            b.close()
+        text = render_default(Snapshot(taken_at=0.0, samples=r.samples)).decode()
+        return {f.name: [(s.labels, s.value) for s in f.samples]
+                for f in text_string_to_metric_families(text)}
+
+    flex = exported("f")
+    fb = flex["DCGM_FI_DEV_FB_USED"]
+    assert sorted((lb["gpu"], lb.get("GPU_I_ID", "")) for lb, _ in fb) == [
+        ("0", ""), ("1", "1"), ("1", "5"), ("1", "9")]  # no parent series for GPU 1
+    assert sum(v for _, v in fb) == 1000 + 300 + 20 + 7
+    assert sum(v for _, v in flex["DCGM_FI_DEV_FB_FREE"]) == 142771 + 70700 + 34980 + 34993
+    # GPU-level fields ride on the instances (as DCGM reports them on GPU-instance entities)
+    assert {lb.get("GPU_I_ID") for lb, _ in flex["DCGM_FI_DEV_POWER_USAGE"]} == {
+        None, "1", "5", "9"}
+    both = exported("g+i")
+    assert sorted((lb["gpu"], lb.get("GPU_I_ID", "")) for lb, _ in both["DCGM_FI_DEV_FB_USED"]) == [
+        ("0", ""), ("1", ""), ("1", "1"), ("1", "5"), ("1", "9")]  # asked for: the parent too
