@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 
 from podgpu.attribution import podresources_pb2 as pb
-from podgpu.attribution import podresources_pb2_grpc as pb_grpc
 from tests.conftest import wait_for as wait_for  # re-exported: the kubelet tests import it here
+from tests.integration import podresources_pb2_grpc as pb_grpc
 
 
 @dataclass

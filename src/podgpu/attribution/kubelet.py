@@ -5,6 +5,12 @@ interval, so a scrape or a collect cycle never waits on the kubelet (dcgm-export
 connection and calls `List` per entity group per scrape, sharing the kubelet's 100 QPS budget).
 The latest answer is kept as frozen `ContainerDevices` tuples; gRPC objects never leave here.
 
+gRPC is grpclib (pure-Python HTTP/2 on asyncio), not grpcio: for this one unary call grpcio cost
++15 MiB of RSS, grpclib +4 (bench/kubelet_clients.py, issue 20). The poll thread runs its own
+event loop; podgpu's HTTP server loop never waits on the kubelet. What grpcio did for us is kept:
+the unix socket, a deadline per call, the 16 MiB receive limit (RESOURCE_EXHAUSTED above it),
+status codes by name in the reason.
+
 On failure the client drops the last answer (stale pod labels are worse than none), reports
 `unavailable: <why>`, counts the error, closes the channel and retries with exponential backoff
 from the poll interval up to `max_backoff_seconds`, so a kubelet restart (socket removed and
@@ -13,6 +19,7 @@ re-created) is picked up without waiting on gRPC's own reconnect backoff (up to 
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 import threading
@@ -140,6 +147,7 @@ class PodResourcesClient:
         self._thread: threading.Thread | None = None
         self._channel: Any = None
         self._list: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._logged_down = False
 
     @property
@@ -160,7 +168,12 @@ class PodResourcesClient:
         self._stop.set()
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
+            if self._thread.is_alive():  # a List still in flight: its deadline ends it
+                return
         self._close_channel()
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.close()
 
     def poll_once(self) -> PodResourcesState:
         """One `List` call on the caller's thread; updates and returns the state."""
@@ -195,32 +208,36 @@ class PodResourcesClient:
             self._stop.wait(wait)
 
     def _call_list(self) -> tuple[ContainerDevices, ...]:
+        """One `List` on this client's event loop, run to completion on the calling thread (the
+        poll thread, or a test's); calls never overlap."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        reused = self._list is not None
+        try:
+            return self._loop.run_until_complete(self._alist())
+        except Exception as exc:
+            if not reused or type(exc).__name__ != "StreamTerminatedError":
+                raise
+        # The connection broke since the last call (a kubelet restart): say why from a fresh
+        # connection (socket gone, refused ...) rather than "connection lost".
+        self._close_channel()
+        return self._loop.run_until_complete(self._alist())
+
+    async def _alist(self) -> tuple[ContainerDevices, ...]:
         if self._list is None:
-            # Heavy and untyped: imported only here, where they are used (DESIGN.md).
-            grpc: Any = importlib.import_module("grpc")
+            # Imported only here, where they are used (DESIGN.md).
+            client: Any = importlib.import_module("grpclib.client")
             pb: Any = importlib.import_module("podgpu.attribution.podresources_pb2")
 
-            self._channel = grpc.insecure_channel(
-                f"unix://{self._socket}",
-                options=[
-                    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
-                    # Fail calls fast while the kubelet is down; this client does the backoff.
-                    ("grpc.initial_reconnect_backoff_ms", 200),
-                    ("grpc.max_reconnect_backoff_ms", int(self._max_backoff * 1000)),
-                ],
-            )
-            # The method by its documented wire name rather than through the generated
-            # PodResourcesListerStub: that module refuses to import under a grpcio older than the
-            # grpcio-tools that generated it, which would tie podgpu to the newest grpcio.
-            call = self._channel.unary_unary(
-                LIST_METHOD,
-                request_serializer=pb.ListPodResourcesRequest.SerializeToString,
-                response_deserializer=pb.ListPodResourcesResponse.FromString,
-            )
+            self._channel = client.Channel(path=self._socket, codec=_limited_codec())
+            # The method by its documented wire name; no generated service stub is needed.
+            method = client.UnaryUnaryMethod(self._channel, LIST_METHOD,
+                                             pb.ListPodResourcesRequest,
+                                             pb.ListPodResourcesResponse)
             request = pb.ListPodResourcesRequest()
             timeout = self._timeout
-            self._list = lambda: call(request, timeout=timeout)
-        return flatten(self._list(), dra=self._dra)
+            self._list = lambda: method(request, timeout=timeout)
+        return flatten(await self._list(), dra=self._dra)
 
     def _close_channel(self) -> None:
         ch, self._channel, self._list = self._channel, None, None
@@ -231,27 +248,45 @@ class PodResourcesClient:
                 log.debug("closing the kubelet channel failed", exc_info=True)
 
 
-_CONNECT_ERRORS = (
-    ("No such file or directory", "no such file (is the kubelet running, is the path mounted?)"),
-    ("Connection refused", "connection refused"),
-    ("Permission denied", "permission denied"),
+def _limited_codec() -> Any:
+    """grpclib's protobuf codec refusing answers over MAX_RECEIVE_BYTES, as grpcio's
+    max_receive_message_length did (grpclib has no limit of its own)."""
+    proto: Any = importlib.import_module("grpclib.encoding.proto")
+    grpclib_const: Any = importlib.import_module("grpclib.const")
+    exceptions: Any = importlib.import_module("grpclib.exceptions")
+
+    class LimitedCodec(proto.ProtoCodec):  # type: ignore[misc]
+        def decode(self, data: bytes, message_type: Any) -> Any:
+            if len(data) > MAX_RECEIVE_BYTES:
+                raise exceptions.GRPCError(
+                    grpclib_const.Status.RESOURCE_EXHAUSTED,
+                    f"received message larger than max ({len(data)} vs. {MAX_RECEIVE_BYTES})")
+            return super().decode(data, message_type)
+
+    return LimitedCodec()
+
+
+_CONNECT_ERRORS: tuple[tuple[type[OSError], str], ...] = (
+    (FileNotFoundError, "no such file (is the kubelet running, is the path mounted?)"),
+    (ConnectionRefusedError, "connection refused"),
+    (PermissionError, "permission denied"),
 )
 
 
-def _describe(exc: Exception, socket_path: str) -> str:
-    """A short reason for `/health` and the log, without gRPC's multi-line debug strings."""
-    code = getattr(exc, "code", None)
-    details = getattr(exc, "details", None)
-    if callable(code) and callable(details):
-        try:
-            name = getattr(code(), "name", str(code()))
-            text = str(details() or "").splitlines()[0] if details() else ""
-        except Exception:
-            name, text = type(exc).__name__, ""
-        if name == "UNAVAILABLE":
-            for needle, short in _CONNECT_ERRORS:
-                if needle in text:
-                    return f"kubelet socket {socket_path}: {short}"
-            return f"kubelet socket {socket_path}: {text or 'unavailable'}"[:300]
-        return f"List failed: {name}: {text}"[:300]
+def _describe(exc: BaseException, socket_path: str) -> str:
+    """A short reason for `/health` and the log: `List failed: <STATUS>: <message>` for an
+    answer with a gRPC status, `kubelet socket <path>: <why>` when it cannot be reached."""
+    status = getattr(exc, "status", None)
+    if status is not None and hasattr(status, "name"):  # grpclib.exceptions.GRPCError
+        text = str(getattr(exc, "message", "") or "").splitlines()
+        return f"List failed: {status.name}: {text[0] if text else ''}"[:300]
+    if isinstance(exc, asyncio.TimeoutError):  # grpclib's deadline
+        return "List failed: DEADLINE_EXCEEDED: Deadline exceeded"
+    for kind, short in _CONNECT_ERRORS:
+        if isinstance(exc, kind):
+            return f"kubelet socket {socket_path}: {short}"
+    if isinstance(exc, OSError):
+        return f"kubelet socket {socket_path}: {exc.strerror or exc}"[:300]
+    if type(exc).__name__ == "StreamTerminatedError":  # the connection dropped mid-call
+        return f"List failed: UNAVAILABLE: {exc}"[:300]
     return f"{type(exc).__name__}: {exc}"[:300]
