@@ -66,9 +66,9 @@ class Captured:
 
 
 def make_sink(node: SimNode, config: Any, destination: Any) -> EmfSink:
-    opts = SeriesOptions(labels=LabelOptions(hostname=node.name), job="podgpu",
+    opts = SeriesOptions(labels=LabelOptions(hostname=node.name), namespace="gpu-operator",
                          instance=f"{node.name}:9400", cluster_name=CLUSTER, node_name=node.name,
-                         extra=LABELS)
+                         extra=LABELS)  # the agent identity, as the plan's podgpu columns
     sink = EmfSink(SeriesBuilder(load_default(), opts), Encoder(config), EventQueue(64 << 20),
                    destination, interval=60)
     sink.start()
@@ -175,7 +175,8 @@ def test_plan_cli_100_nodes_x_8_gpus_prints_three_columns() -> None:
     # the seed's declaration: 14 metrics per (Service, Namespace, ClusterName, job, pod)
     assert p60["custom_metrics_active"] == p1["custom_metrics_active"] == 800 * 14
     assert p1["custom_metrics_in_period"] == 800 * 14 + 50 * 30 * 14
-    assert agent["custom_metrics_active"] == 100 * 14  # `pod` is the exporter's: one per node
+    # the agent path keeps the workload's `pod` (issue 18 item 7): the same metrics as podgpu
+    assert agent["custom_metrics_active"] == p1["custom_metrics_active"]
     assert p1["put_log_events_bytes"] > p60["put_log_events_bytes"]
     assert p1["metrics_dollars"] == pytest.approx(10_000 * 0.3 + (800 * 14 + 50 * 30 * 14 - 10_000) * 0.1)
     assert d["prometheus"]["active_series"] > 0

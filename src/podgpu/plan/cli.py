@@ -176,9 +176,10 @@ def table(e: Estimate) -> str:
     lines.append(f"Prices: {PRICES_REGION} list prices as of {PRICES_AS_OF} (reference "
                  "cloudwatch.md 5.3); override with --metric-prices and --ingest-price. "
                  "Metrics are billed here for the whole month (an upper bound with churn).")
-    lines.append("The seed's agent path names the exporter's pod in `pod` (its scrape job does not "
-                 "set honor_labels), so its per-pod metrics are per node, and it ingests every "
-                 "undeclared series as logs; see docs/cloudwatch.md, 'Reading podgpu plan'.")
+    lines.append("The agent path (its default service-endpoints job) keeps the workload's `pod`, so "
+                 "it makes the same custom metrics as podgpu; it also ingests every undeclared "
+                 "series as logs, one event per label set per scrape; see docs/cloudwatch.md, "
+                 "'Reading podgpu plan'.")
     return "\n".join(lines)
 
 

@@ -1,11 +1,13 @@
 """Scale one synthetic node-minute to a cluster-month, three ways side by side.
 
 - `agent`: the seed's path. One central CloudWatch agent scrapes every dcgm-exporter every
-  `agent_scrape_interval`; one EMF v0 event per label set per scrape, declared or not (unmatched
-  series are still ingested as logs, reference/cloudwatch.md §2.4 item 7); `pod`/`Namespace` are
-  the exporter's (the seed's job relabels them and does not set honor_labels), so its per-pod
-  metrics are really per node; batches cut at 256 KiB and flushed every 5 s into one log stream
-  (§6.3).
+  `agent_scrape_interval` through its default `kubernetes-service-endpoints` job (the seed's own
+  pod job keeps no GPU Operator exporter, and only this job gives the `Service` its declaration
+  matches); one EMF v0 event per label set per scrape, declared or not (unmatched series are
+  still ingested as logs); labels as that job and the agent give them (sinks/cloudwatch/series.py,
+  checked against the restated pipeline in tests/unit/sinks/cloudwatch/agent_oracle.py):
+  `Namespace` the exporter's namespace, `pod` the workload's (issue 18 item 7); batches cut at
+  256 KiB and flushed every 5 s into one log stream.
 - `podgpu-60s`: `podgpu serve` per node, one event per label set per minute, one value each.
 - `podgpu-1s`: the default: a minute's 1 s samples in value distributions.
 
@@ -27,7 +29,13 @@ from podgpu.sim.node import Shape, SimNode
 from podgpu.sinks.cloudwatch.declarations import EmfConfig
 from podgpu.sinks.cloudwatch.encode import Encoder
 from podgpu.sinks.cloudwatch.queue import EVENT_OVERHEAD
-from podgpu.sinks.cloudwatch.series import Item, LabelKey, SeriesBuilder, SeriesOptions
+from podgpu.sinks.cloudwatch.series import (
+    DEFAULT_AGENT_JOB,
+    Item,
+    LabelKey,
+    SeriesBuilder,
+    SeriesOptions,
+)
 from podgpu.sinks.cloudwatch.window import ClosedWindow, WindowAccumulator
 from podgpu.sinks.prometheus import RenderOptions, render
 from podgpu.sinks.prometheus.labels import LabelOptions
@@ -71,7 +79,9 @@ class Prices:
 class PlanOptions:
     cluster_name: str = "my-cluster"
     emf_labels: tuple[tuple[str, str], ...] = (("Service", "nvidia-dcgm-exporter"),)
-    job: str = "podgpu"
+    job: str = DEFAULT_AGENT_JOB
+    namespace: str = "gpu-operator"
+    """The namespace podgpu (and, on the agent path, dcgm-exporter) runs in: `Namespace`."""
     emf_interval: float = 60.0
     collect_interval: float = 1.0
     agent_scrape_interval: float = 60.0
@@ -129,33 +139,49 @@ def _identities(encoder: Encoder, namespace: str, groups: Iterable[tuple[LabelKe
     return out
 
 
-def _agent_keys(series: Iterable[tuple[LabelKey, str, list[Item]]], node: str, cluster: str,
-                extra: tuple[tuple[str, str], ...]
-                ) -> Iterable[tuple[LabelKey, str, list[Item]]]:
-    """The seed's scrape job's labels (cwagent-prometheus-job.yaml): target labels win over the
-    exporter's (`pod` and `Namespace` name the exporter pod), the exporter's value kept as
-    exported_<name>; `host` from the agent. podgpu's own per-pod series do not exist there."""
+EXPORTER = "nvidia-dcgm-exporter"
+
+
+def agent_options(node: str, opts: PlanOptions) -> SeriesOptions:
+    """The target labels the agent's service-endpoints job gives the GPU Operator's
+    dcgm-exporter pod on `node` (its Service, labelled app=nvidia-dcgm-exporter)."""
     h = hashlib.sha256(node.encode()).digest()
-    exporter = f"nvidia-dcgm-exporter-{h.hex()[:5]}"
-    target = {"job": "kubernetes-pod-dcgm-exporter", "instance": f"10.0.{h[0]}.{h[1]}:9400",
-              "pod": exporter, "Namespace": "gpu-operator", "NodeName": node,
-              "container_name": "nvidia-dcgm-exporter", "pod_controller_name":
-              "nvidia-dcgm-exporter", "pod_controller_kind": "DaemonSet", "pod_phase": "Running",
-              "app": "nvidia-dcgm-exporter", "host": "cwagent-prometheus-7dfd69cc46-s4cx7",
-              **dict(extra)}
+    return SeriesOptions(
+        labels=LabelOptions(hostname=node), job=DEFAULT_AGENT_JOB,
+        instance=f"10.0.{h[0]}.{h[1]}:9400", cluster_name=opts.cluster_name, node_name=node,
+        namespace=opts.namespace, pod_name=f"{EXPORTER}-{h.hex()[:5]}", container_name=EXPORTER,
+        extra=(("app", EXPORTER), *opts.emf_labels))
+
+
+def agent_only(series: Iterable[tuple[LabelKey, str, list[Item]]]
+               ) -> Iterable[tuple[LabelKey, str, list[Item]]]:
+    """dcgm-exporter's series: podgpu's own per-pod series do not exist on that path."""
     for key, kind, items in series:
         items = [(n, v) for n, v in items if not n.startswith("podgpu_")]
-        if not items:
-            continue
-        labels = dict(key)
-        for drop in ("job", "instance", "NodeName", "Namespace"):  # podgpu's own additions
-            labels.pop(drop, None)
-        for name, value in target.items():
-            if labels.get(name, value) != value:
-                labels[f"exported_{name}"] = labels[name]
-            labels[name] = value
-        labels.setdefault("ClusterName", cluster)
-        yield tuple(sorted(labels.items())), kind, items
+        if items:
+            yield key, kind, items
+
+
+def agent_scrapes(config: EmfConfig, scrapes: Iterable[Iterable[tuple[LabelKey, str, list[Item]]]],
+                  interval: float, measured: int = MEASURED_WINDOWS) -> _NodeRun:
+    """What the agent sends for consecutive scrapes of one exporter, labelled as the agent
+    labels them (`agent_options`, or `podgpu emf`'s agent-identity target labels): one event per
+    label set per scrape, declared or not (the undeclared ones billed as logs), counters as
+    deltas after a seeding scrape; the last `measured` scrapes are returned."""
+    encoder = Encoder(config, keep_unmatched=True)
+    acc = WindowAccumulator(interval, encoder.wanted)
+    closed: list[ClosedWindow] = []
+    for i, groups in enumerate(scrapes):
+        w = acc.add(1_800_000_000.0 + i * interval, groups)
+        if w is not None:
+            closed.append(w)
+    last = acc.close()
+    if last is not None:
+        closed.append(last)
+    kept = closed[-measured:]
+    ids = _identities(encoder, config.namespace,
+                      ((k, m.keys()) for w in kept for k, m in w.groups.items()))
+    return _NodeRun([e for w in kept for e in encoder.encode(w)], len(kept), ids)
 
 
 def _v0_size(event: str) -> int:
@@ -181,11 +207,13 @@ class _Runner:
                  metrics: MetricList) -> None:
         self.shape, self.config, self.opts, self.metrics = shape, config, opts, metrics
 
-    def builder(self, node: SimNode) -> SeriesBuilder:
+    def builder(self, node: SimNode, agent: bool = False) -> SeriesBuilder:
+        if agent:
+            return SeriesBuilder(self.metrics, agent_options(node.name, self.opts))
         return SeriesBuilder(self.metrics, SeriesOptions(
             labels=LabelOptions(hostname=node.name), job=self.opts.job,
             instance=f"{node.name}:9400", cluster_name=self.opts.cluster_name,
-            node_name=node.name, extra=self.opts.emf_labels))
+            node_name=node.name, extra=self.opts.emf_labels, namespace=self.opts.namespace))
 
     def run(self, node_index: int, generation: int, samples_per_window: int, agent: bool
             ) -> _NodeRun:
@@ -193,18 +221,18 @@ class _Runner:
         sample, and two minutes hold a whole 20 s on / 20 s off burn cycle in every phase."""
         interval = self.opts.emf_interval
         node = SimNode(self.shape, self.metrics, node_index, generation)
-        builder = self.builder(node)
+        builder = self.builder(node, agent)
+        if agent:  # one scrape per window
+            return agent_scrapes(self.config, (
+                list(agent_only(builder.series(snap)))
+                for snap in node.snapshots(MEASURED_WINDOWS + 1, interval)), interval)
         encoder = Encoder(self.config, keep_unmatched=agent)
         acc = WindowAccumulator(interval, encoder.wanted)
         closed: list[ClosedWindow] = []
         step = interval / samples_per_window
         for snap in node.snapshots(MEASURED_WINDOWS * samples_per_window + samples_per_window,
                                    step):
-            series: Iterable[tuple[LabelKey, str, list[Item]]] = builder.series(snap)
-            if agent:
-                series = _agent_keys(series, node.name, self.opts.cluster_name,
-                                     self.opts.emf_labels)
-            w = acc.add(snap.taken_at, series)
+            w = acc.add(snap.taken_at, builder.series(snap))
             if w is not None:
                 closed.append(w)
         last = acc.close()

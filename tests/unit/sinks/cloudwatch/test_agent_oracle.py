@@ -279,3 +279,37 @@ def test_bridge_labels_equal_the_oracles_on_the_seed_a10g_exposition() -> None:
     assert mine == theirs
     assert ("foo_total" in {n for n, _ in mine}) and all(
         dict(lbls)["pod"] == "gpu-burn-c68d8c774-ltg9s" for n, lbls in mine if n.startswith("DCGM_F"))
+
+
+def test_plan_agent_column_on_the_seed_a10g_exposition_is_the_oracles() -> None:
+    """`podgpu plan`'s agent path (issue 18 item 7) fed two scrapes of the seed's A10G
+    exposition: the custom metrics the oracle's agent makes (the workload `pod` kept), and one
+    event per label set per scrape, undeclared series included (billed as logs)."""
+    from podgpu.bridge.parse import parse_exposition
+    from podgpu.bridge.series import TargetLabels, to_series
+    from podgpu.plan.model import PlanOptions, agent_options, agent_scrapes
+
+    text = (FIXTURES / "dcgm-exporter-metrics-a10g.txt").read_text()
+    opts = agent_options("ip-192-168-1-10", PlanOptions(cluster_name="prod"))
+    target = opts.target()
+    tl = TargetLabels(job=target.job, instance=target.instance, node_name=target.node_name,
+                      cluster_name="prod", extra=tuple(
+                          (k, v) for k, v in target.target_labels().items()
+                          if k not in ("job", "instance", "kubernetes_node")))
+    run = agent_scrapes(parse_emf_config(SEED), [to_series(parse_exposition(text), tl)] * 3,
+                        60.0, measured=1)
+    meta = dict(META, __meta_kubernetes_pod_name=target.pod_name,
+                __meta_kubernetes_pod_container_name="nvidia-dcgm-exporter",
+                __meta_kubernetes_pod_node_name="ip-192-168-1-10",
+                __address__=target.instance)
+    job = oracle.load_job(oracle.SERVICE_ENDPOINTS_JOB)
+    otarget = oracle.target_labels(job, meta)
+    assert otarget is not None
+    scrapes = [oracle.scrape(text, job, otarget, "prod") for _ in range(3)]
+    theirs = oracle.extract(oracle.agent_config(SEED), oracle.deltas(scrapes))
+    assert run.identities == set(theirs) and len(run.identities) == 14
+    assert {dict(d)["pod"] for _, _, d in run.identities} == {"gpu-burn-c68d8c774-ltg9s"}
+    label_sets = {frozenset(lbls.items()) for _, _, lbls, _ in scrapes[2].samples}
+    assert len(run.events) == len(label_sets)  # gauges and counters: one event each
+    plain = [e for e in run.events if "_aws" not in json.loads(e)]
+    assert plain  # the undeclared (counter) series: still sent, billed as logs
