@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from podgpu.sinks.cloudwatch.declarations import load_emf_config, parse_emf_config
 from podgpu.sinks.cloudwatch.encode import MAX_VALUES, Encoder, distribution
@@ -151,3 +152,67 @@ def test_documents_without_labels_are_still_json() -> None:
         docs = [json.loads(line) for line in lines]
         assert docs[0]["m"]["Sum"] == 3.0
         assert ("other" in docs[0]) is keep
+
+
+def test_every_event_fits_256_kib_split_by_metrics_never_cut() -> None:
+    """Thousands of unmatched, changing series in one label set (issue 18 item 4): split into
+    events under the cap, each whole JSON, every value once."""
+    from podgpu.sinks.cloudwatch.encode import MAX_EVENT_BYTES
+
+    cfg = parse_emf_config(json.dumps({"metric_declaration": [
+        {"source_labels": ["job"], "metric_selectors": ["^gpu_util$"], "dimensions": [["job"]]}]}))
+    metrics = {f"unlabelled_gauge_{i:04d}": [float(i + k / 7) for k in range(60)]
+               for i in range(3000)}
+    metrics["gpu_util"] = [1.0, 2.0]
+    enc = Encoder(cfg, keep_unmatched=True)
+    lines = enc.encode(ClosedWindow(0.0, {(("job", "burst"),): metrics}))
+    assert len(lines) > 1 and enc.too_large == 0
+    assert all(len(line.encode()) <= MAX_EVENT_BYTES for line in lines)
+    assert MAX_EVENT_BYTES + 26 == 256 * 1024
+    seen: list[str] = []
+    for line in lines:
+        doc = json.loads(line)  # whole JSON: never truncated
+        assert doc["job"] == "burst"
+        seen += [k for k in doc if k not in ("_aws", "Timestamp", "job")]
+        for name in (k for k in doc if k.startswith("unlabelled")):
+            assert doc[name]["Count"] == 60
+    assert sorted(seen) == sorted(metrics)  # every metric exactly once
+    extracted = [json.loads(x) for x in lines if "_aws" in json.loads(x)]
+    assert len(extracted) == 1 and extracted[0]["gpu_util"]["Sum"] == 3.0
+
+
+def test_an_event_that_cannot_fit_is_dropped_counted_and_logged(caplog: Any) -> None:
+    cfg = parse_emf_config(json.dumps({"metric_declaration": [
+        {"source_labels": ["job"], "metric_selectors": ["^m"], "dimensions": [["job"]]}]}))
+    enc = Encoder(cfg)
+    huge = (("job", "j"), ("blob", "x" * 300_000))
+    with caplog.at_level("WARNING"):
+        lines = enc.encode(ClosedWindow(0.0, {huge: {"m1": [1.0]}, (("job", "j"),): {"m2": [2.0]}}))
+    assert [json.loads(x)["m2"] for x in lines] == [2]  # the rest is still sent
+    assert enc.too_large == 1
+    assert any("dropped" in r.getMessage() for r in caplog.records)
+
+
+def test_hostile_label_names_never_duplicate_a_key() -> None:
+    """Labels named `_aws`, `Timestamp` or like a metric: one key each, as the agent's map
+    resolves them (labels, then metric values, then the reserved keys), issue 18 item 5."""
+    cfg = parse_emf_config(json.dumps({"metric_declaration": [
+        {"source_labels": ["job"], "metric_selectors": ["^m$", "^n$"],
+         "dimensions": [["job"], ["job", "m"], ["_aws"]]}]}))
+    key = tuple(sorted({"job": "j", "_aws": "label", "m": "label-m", "Timestamp": "t",
+                        "Version": "v"}.items()))
+    for keep in (False, True):
+        lines = Encoder(cfg, keep_unmatched=keep).encode(
+            ClosedWindow(0.0, {key: {"m": [1.0], "n": [2.0], "x": [3.0]}}))
+        for line in lines:
+            pairs = json.loads(line, object_pairs_hook=lambda p: p)
+            names = [k for k, _ in pairs]
+            assert len(names) == len(set(names)), names  # no key twice
+            doc = dict(pairs)
+            assert doc["m"] == 1 and doc["Version"] == "v"  # the value wins over the label
+            if "_aws" in doc:
+                aws = dict(doc["_aws"])
+                dims = [d for dd in aws["CloudWatchMetrics"] for d in dict(dd)["Dimensions"]]
+                assert dims == [["job"]]  # sets naming `m` or `_aws` would name no string
+            else:
+                assert doc["Timestamp"] == 0  # the reserved key wins over the label
