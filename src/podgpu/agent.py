@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from podgpu import __version__, logs
-from podgpu.errors import ConfigError
 from podgpu.http.lifecycle import Stopper
 from podgpu.parts import (
     load_metrics,
@@ -24,7 +23,7 @@ from podgpu.parts import (
     make_scenario,
     make_web_security,
 )
-from podgpu.settings import ServeSettings
+from podgpu.settings import CollectSettings, ServeSettings
 
 if TYPE_CHECKING:
     from podgpu.attribution.base import Attributor
@@ -71,12 +70,16 @@ def build_agent(settings: ServeSettings) -> Agent:
     logs.configure(debug=settings.log.debug, fmt=settings.log.format)
     for w in settings.warnings:
         log.warning("%s", w)
+    from podgpu.fields.metriclist import describe_source, empty_list_warning
+
     metrics = load_metrics(settings.collect)
+    if settings.collect.configmap is None:
+        log.info("%s", describe_source(list_file(settings.collect), settings.collect.collectors))
     for w in metrics.warnings:
         log.warning("%s", w)
-    if not metrics.metrics:  # issue 13: a ConfigMap under the wrong key must not look healthy
-        raise ConfigError(f"{metrics.path}: the metric list has no metric rows (only comments, "
-                          "blank lines or label rows), so no GPU metric would be exported")
+    empty = empty_list_warning(metrics)  # dcgm-exporter starts on such a list (issue 17 item 6)
+    if empty is not None:
+        log.warning("%s", empty)
     k = settings.kubernetes
     label_opts = LabelOptions(
         hostname=settings.output.hostname,
@@ -94,6 +97,15 @@ def build_agent(settings: ServeSettings) -> Agent:
                  make_attributor(k, scenario), security, emf)
 
 
+def list_file(collect: CollectSettings) -> str | None:
+    """The list file in use (to follow), or None for a ConfigMap or the embedded list."""
+    from podgpu.fields.metriclist import resolve_list_path
+
+    if collect.configmap is not None:
+        return None
+    return resolve_list_path(collect.collectors, collect.default_list)
+
+
 def run(agent: Agent) -> int:
     """Open, collect once, serve until stopped; 1 when the collect loop died, else 0."""
     backend, attributor = agent.backend, agent.attributor
@@ -109,7 +121,10 @@ def run(agent: Agent) -> int:
 
 
 def _serve(agent: Agent) -> int:
+    from podgpu.attribution.hpcjobs import HpcJobMapper
+    from podgpu.accounting import build_accountant, with_accounting_fields
     from podgpu.collect import CollectLoop, Collector
+    from podgpu.fields.listfollow import ListFollower
     from podgpu.http.guard import Limits
     from podgpu.http.publish import Publisher
     from podgpu.http.server import make_app, serve_until_stopped
@@ -135,11 +150,19 @@ def _serve(agent: Agent) -> int:
              ("driver_version", info.get("driver_version", "")),
              ("python_version", sys.version.split()[0]))
     c = settings.collect
+    followed = list_file(c)
     lists = MetricListSwitch(agent.metrics, (lambda: load_metrics(c))
-                             if c.collectors is not None or c.configmap is not None else None)
+                             if followed is not None or c.configmap is not None else None)
+    follower = ListFollower(followed, lists.request, poll_seconds=c.list_poll_seconds
+                            ) if followed is not None else None
+    hpc = HpcJobMapper(c.hpc_job_mapping_dir) if c.hpc_job_mapping_dir else None
+
+    acct = build_accountant(settings.accounting, agent.label_opts)  # issue 21; None when off
 
     def render_snapshot(snapshot, timings):  # type: ignore[no-untyped-def]
         body = render(snapshot, lists.current, RenderOptions(agent.label_opts, build, timings))
+        if acct is not None:
+            body += acct.render().encode()
         return body + emf.render_metrics().encode() if emf is not None else body
 
     publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
@@ -147,25 +170,41 @@ def _serve(agent: Agent) -> int:
         interval_seconds=interval)))  # the page and /api/v1/snapshot
 
     def on_snapshot(snapshot: Any, seconds: float) -> None:
+        if acct is not None:
+            acct.observe(snapshot)  # before rendering: the counters include this cycle
         if emf is not None:
             emf.offer(snapshot)  # appends to the open window; sending is on its own thread
+            if acct is not None:
+                emf.offer_counters(snapshot.taken_at, acct.emf_items())
         publisher.publish(snapshot, seconds)
-        lists.apply(collector)  # a list reloaded on SIGHUP takes over between cycles
+        # a list reloaded on SIGHUP takes over between cycles
+        lists.apply(collector if acct is None else acct.fields_target(collector))
 
-    collector = Collector(backend, agent.metrics.fields, attributor=agent.attributor,
-                          want_processes=agent.attributor is not None)
+    fields = agent.metrics.fields
+    collector = Collector(backend, fields if acct is None else with_accounting_fields(fields),
+                          attributor=agent.attributor,
+                          want_processes=agent.attributor is not None,
+                          hpc_jobs=hpc.read if hpc is not None else None)
     loop = CollectLoop(collector, interval, on_snapshot, on_death=lambda exc: agent.stop(
         f"the collect loop stopped: {type(exc).__name__}: {exc}"))
     if emf is not None:
         emf.start()
     loop.run_once()  # the first /metrics is valid as soon as the port accepts
     loop.start()
-    sinks: dict[str, Callable[[], dict[str, Any]]] = {}
+    if follower is not None:
+        follower.start()  # a list edit is loaded on its thread, applied between two cycles
+
+    def list_health() -> dict[str, Any]:
+        now = lists.current
+        return {"status": "ok" if now.metrics else "no metric rows", "path": now.path,
+                "metrics": len(now.metrics), "labels": len(now.labels)}
+
+    sinks: dict[str, Callable[[], dict[str, Any]]] = {"metric_list": list_health}
     if emf is not None:
         sinks["emf"] = emf.health
     if security is not None:
         sinks["web_config"] = security.health
-    app = make_app(publisher, interval=interval, backend=backend.name, sinks=sinks or None)
+    app = make_app(publisher, interval=interval, backend=backend.name, sinks=sinks)
     if security is not None:
         security.install(app)  # every route: basic auth, headers, SANs, rate limit
     install_sighup(app, blocking=[lists.request],
@@ -178,6 +217,8 @@ def _serve(agent: Agent) -> int:
             app, settings.http.host, settings.http.port, limits=limits,
             ssl_context=security.ssl_context if security is not None else None))
     finally:
+        if follower is not None:
+            follower.stop()
         loop.stop()
         if emf is not None:
             emf.stop()

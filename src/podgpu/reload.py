@@ -47,19 +47,19 @@ class MetricListSwitch:
     def request(self) -> bool:
         """Load the list now (on the caller's thread); True when a new list is pending."""
         if self._load is None:
-            log.info("SIGHUP: the metric list is the embedded default; nothing to reload")
+            log.info("the metric list is the embedded default; nothing to reload")
             return False
         try:
             fresh = self._load()
             if not fresh.metrics:
                 raise ConfigError(f"{fresh.path}: the metric list has no metric rows")
         except PodgpuError as exc:  # a bad list, or the API unreachable (-m)
-            log.error("SIGHUP: metric list not reloaded, still exporting the %d metrics of %s: %s",
+            log.error("metric list not reloaded, still exporting the %d metrics of %s: %s",
                       len(self.current.metrics), self.current.path, exc)
             return False
         with self._lock:
             self._pending = fresh
-        log.info("SIGHUP: metric list %s loaded (%d metrics); used from the next cycle",
+        log.info("metric list %s loaded (%d metrics); used from the next cycle",
                  fresh.path, len(fresh.metrics))
         return True
 

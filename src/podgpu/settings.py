@@ -37,6 +37,10 @@ class CollectSettings:
     default (as dcgm-exporter, whose -f defaults to that path)."""
     default_list: str = "/etc/dcgm-exporter/default-counters.csv"
     """Where dcgm-exporter's charts mount the list when no -f is given (a parameter for tests)."""
+    hpc_job_mapping_dir: str = ""
+    """--hpc-job-mapping-dir: HPC job files per GPU ('' off; attribution/hpcjobs.py)."""
+    list_poll_seconds: float = 1.0
+    """How often the list file is checked for edits (fields/listfollow.py)."""
     configmap: tuple[str, str] | None = None
     """-m: (namespace, name) of a ConfigMap whose `metrics` key holds the list; wins over -f."""
     devices: DeviceSelection = field(default_factory=DeviceSelection)

@@ -38,12 +38,10 @@ IGNORED: tuple[tuple[tuple[str, ...], str, str, bool], ...] = (
 REFUSED: tuple[tuple[tuple[str, ...], str, str, bool], ...] = (
     (("--web-systemd-socket",), "DCGM_EXPORTER_SYSTEMD_SOCKET",
      "systemd socket activation is not supported", True),
-    (("--hpc-job-mapping-dir",), "DCGM_HPC_JOB_MAPPING_DIR", "the hpc_job label is not produced",
-     False),
     (("--fake-gpus",), "DCGM_EXPORTER_USE_FAKE_GPUS", "use --simulate N instead", True),
 )
 # Values of refused options that mean "off", so they are accepted silently.
-_OFF_VALUES = {"--hpc-job-mapping-dir": {""}}
+_OFF_VALUES: dict[str, set[str]] = {}
 
 
 def _dest(flags: tuple[str, ...]) -> str:

@@ -58,8 +58,10 @@ HTTP_LIMIT_OPTIONS: tuple[Option, ...] = (
 
 SERVE_OPTIONS: tuple[Option, ...] = (
     Option(("-f", "--collectors"), "collect.collectors", "DCGM_EXPORTER_COLLECTORS", None,
-           "metric list in dcgm-exporter's CSV format", metavar="FILE",
-           shown="the embedded list, same active rows as dcgm-exporter's default-counters.csv"),
+           "metric list in dcgm-exporter's CSV format; followed while running (a bad edit is "
+           "refused and the last good list kept)", metavar="FILE",
+           shown="/etc/dcgm-exporter/default-counters.csv when that file exists, else the "
+           "embedded list (same active rows as dcgm-exporter's)"),
     Option(("-a", "--address"), "http.address", "DCGM_EXPORTER_LISTEN", DEFAULT_ADDRESS,
            "listen address HOST:PORT; ':9400' listens on every interface, '[::1]:9400' for IPv6",
            str, metavar="ADDR"),
@@ -115,6 +117,10 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX", (),
            "comma-separated RE2 regexes of pod label keys to copy", csv_list, metavar="REGEXES",
            shown="unset: every label"),
+    Option(("--hpc-job-mapping-dir",), "collect.hpc_job_mapping_dir", "DCGM_HPC_JOB_MAPPING_DIR",
+           "", "directory of HPC job files named by GPU index (or GPU.instance) with one job id "
+           "a line: series of those GPUs get an hpc_job label, once per job", metavar="DIR",
+           shown="unset"),
     Option(("--proc-root",), "kubernetes.proc_root", "PODGPU_PROC_ROOT", "/proc",
            "where the host's /proc is mounted (GPU process -> cgroup -> pod)", metavar="PATH"),
     *HTTP_LIMIT_OPTIONS,

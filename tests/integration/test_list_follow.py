@@ -1,0 +1,71 @@
+"""dcgm-exporter parity for the metric list and HPC jobs, through `podgpu serve` (issue 17 items
+5-6): the -f file is followed while running (a bad edit refused in one line, the last good list
+kept), a list of only label rows starts, and DCGM_HPC_JOB_MAPPING_DIR adds hpc_job labels."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def body(p: Any) -> str:
+    status, _, raw = p.get("/metrics")
+    assert status == 200
+    return raw.decode()
+
+
+def test_the_list_file_is_followed_and_a_bad_edit_keeps_the_last_good_list(
+        serve: Any, tmp_path: Path) -> None:
+    lst = tmp_path / "counters.csv"
+    lst.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n")
+    p = serve("--simulate", "1", "-f", str(lst))
+    p.wait_ready()
+    assert "DCGM_FI_DEV_POWER_USAGE{" not in body(p)
+    time.sleep(0.05)  # a new mtime on coarse-timestamp filesystems
+    lst.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\nDCGM_FI_DEV_POWER_USAGE, gauge, W\n")
+    wait_for(lambda: "DCGM_FI_DEV_POWER_USAGE{" in body(p), what="the edited list in /metrics")
+    lst.write_text("DCGM_FI_DEV_NOT_A_FIELD, gauge, typo\n")
+    health = wait_for(lambda: json.loads(p.get("/health")[2]), what="health")
+    assert health["metric_list"] == {"status": "ok", "path": str(lst), "metrics": 2, "labels": 0}
+    time.sleep(3.0)  # two polls and a reload attempt
+    text = body(p)
+    assert "DCGM_FI_DEV_POWER_USAGE{" in text and "DCGM_FI_DEV_GPU_TEMP{" in text
+    rc, err = p.stop()
+    assert rc == 0
+    refused = [ln for ln in err.splitlines() if "metric list not reloaded" in ln]
+    assert len(refused) == 1 and "DCGM_FI_DEV_NOT_A_FIELD" in refused[0], err
+    assert "Traceback" not in err
+
+
+def test_a_list_of_only_label_rows_starts_with_a_warning(serve: Any, tmp_path: Path) -> None:
+    lst = tmp_path / "labels.csv"
+    lst.write_text("# GPU metrics come later\nDCGM_FI_DRIVER_VERSION, label, driver\n")
+    p = serve("--simulate", "1", "-f", str(lst))
+    p.wait_ready()
+    assert "DCGM_FI_DEV_GPU_UTIL{" not in body(p)
+    health = json.loads(p.get("/health")[2])
+    assert health["metric_list"]["status"] == "no metric rows"
+    rc, err = p.stop()
+    assert rc == 0 and "the metric list has no metric rows" in err
+
+
+def test_hpc_job_mapping_dir_from_the_environment(serve: Any, tmp_path: Path) -> None:
+    jobs = tmp_path / "slurm"
+    jobs.mkdir()
+    (jobs / "1").write_text("4242\n")
+    p = serve("--simulate", "2", env={"DCGM_HPC_JOB_MAPPING_DIR": str(jobs)})
+    p.wait_ready()
+    util = [ln for ln in body(p).splitlines() if ln.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+    assert len(util) == 2
+    assert next(ln for ln in util if 'hpc_job="4242"' in ln).startswith('DCGM_FI_DEV_GPU_UTIL{gpu="1"')
+    (jobs / "0").write_text("a\nb\n")  # read every cycle
+    wait_for(lambda: sum(ln.startswith("DCGM_FI_DEV_GPU_UTIL{") for ln in body(p).splitlines()) == 3,
+             what="GPU 0 once per job")
