@@ -1,0 +1,200 @@
+"""Issue 18's "Done when", with real processes:
+
+- `podgpu serve` on a simulated node with the seed's config, stdout destination and
+  POD_NAMESPACE=gpu-operator: every event's dimensions are the restated agent's (the oracle,
+  tests/unit/sinks/cloudwatch/agent_oracle.py, fed podgpu's own /metrics as the agent's
+  service-endpoints job would scrape it): Namespace gpu-operator, the workload's pod, no Unit;
+- `podgpu emf` scraping thousands of unmatched, changing, unlabelled gauges with
+  --emf-keep-unmatched: every event at most 256 KiB, delivery continues, every sample counted;
+- a `serve` whose port is taken sends nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.aws_fakes import free_port, podgpu_env
+from tests.unit.sinks.cloudwatch import agent_oracle as oracle
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = ROOT / "tests" / "fixtures" / "seed" / "cwagent-config.json"
+MAX_EVENT = 256 * 1024 - 26
+
+
+class Lines:
+    """A process's stdout lines and stderr, each read on its own thread (the only readers)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.err: list[str] = []
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = proc.stdout, proc.stderr
+        self._threads = [
+            threading.Thread(target=lambda: self.lines.extend(iter(out.readline, "")), daemon=True),
+            threading.Thread(target=lambda: self.err.extend(iter(err.readline, "")), daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def alive(self) -> None:
+        assert self.proc.poll() is None, "".join(self.err)
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        for t in self._threads:
+            t.join(10)
+        return "".join(self.err)
+
+
+def identities(docs: list[dict[str, Any]]) -> set[oracle.Identity]:
+    out = set()
+    for doc in docs:
+        for d in doc.get("_aws", {}).get("CloudWatchMetrics", []):
+            for m in d["Metrics"]:
+                assert "Unit" not in m, m  # the agent path's metrics carry no unit
+                for ds in d["Dimensions"]:
+                    out.add((d["Namespace"], m["Name"], tuple((k, doc[k]) for k in ds)))
+    return out
+
+
+def test_seed_config_stdout_every_event_is_the_agents() -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podgpu", "serve", "--simulate", "4", "-a", f"127.0.0.1:{port}",
+         "-c", "200", "--cloudwatch-config", str(SEED), "--emf-destination", "stdout",
+         "--emf-interval", "1", "--cluster-name", "e2e",
+         "--emf-label", "Service=nvidia-dcgm-exporter"],
+        env=podgpu_env(POD_NAMESPACE="gpu-operator"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    out = Lines(proc)
+    texts: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len({json.loads(x)["_aws"]["Timestamp"] for x in out.lines}) < 3:
+            out.alive()
+            assert time.monotonic() < deadline, "no EMF on stdout"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    texts.append(r.read().decode())
+            except OSError:
+                pass
+            time.sleep(0.3)
+    finally:
+        out.stop()
+    docs = [json.loads(x) for x in out.lines]
+    assert docs and texts
+    job = oracle.load_job(oracle.SERVICE_ENDPOINTS_JOB)
+    target = oracle.target_labels(job, {
+        "__address__": f"127.0.0.1:{port}", "__meta_kubernetes_namespace": "gpu-operator",
+        "__meta_kubernetes_service_name": "nvidia-dcgm-exporter",
+        "__meta_kubernetes_service_annotation_prometheus_io_scrape": "true"})
+    assert target is not None
+    scrapes = [oracle.scrape(t, job, target, "e2e") for t in texts]
+    theirs = set(oracle.extract(oracle.agent_config(SEED.read_text()), oracle.deltas(scrapes)))
+    mine = identities(docs)
+    assert mine == theirs
+    for _, _, dims in mine:
+        d = dict(dims)
+        assert (d["Namespace"], d["job"], d["pod"]) == (
+            "gpu-operator", "kubernetes-service-endpoints", "train-0")
+
+
+def test_a_serve_whose_port_is_taken_sends_nothing() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = subprocess.run(
+            [sys.executable, "-m", "podgpu", "serve", "--simulate", "2", "-a",
+             f"127.0.0.1:{port}", "--cloudwatch-config", str(SEED), "--emf-destination",
+             "stdout", "--emf-interval", "1", "--emf-keep-unmatched=true"],
+            env=podgpu_env(POD_NAMESPACE="gpu-operator"), capture_output=True, text=True,
+            timeout=60)
+    assert res.returncode != 0
+    assert "already in use" in res.stderr
+    assert res.stdout == ""  # no event of the open interval was flushed
+
+
+class Burst:
+    """An exporter of `n` unlabelled gauges whose values change on every scrape."""
+
+    def __init__(self, n: int) -> None:
+        self.scrapes = 0
+        burst = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                burst.scrapes += 1
+                k = burst.scrapes
+                body = "".join(f"# TYPE burst_gauge_{i:04d} gauge\nburst_gauge_{i:04d} "
+                               f"{(i * 7919 + k * 104729) % 100003 / 7}\n" for i in range(n))
+                data = body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_burst_of_unmatched_changing_series_is_split_and_delivery_continues(
+        tmp_path: Path) -> None:
+    n = 3000
+    exporter = Burst(n)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podgpu", "emf", "--scrape", exporter.url, "--scrape-interval",
+         "0.2", "--emf-interval", "2", "--cloudwatch-config", str(SEED), "--emf-destination",
+         "stdout", "--emf-keep-unmatched=true", "-a", f"127.0.0.1:{port}"],
+        env=podgpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = Lines(proc)
+    try:
+        deadline = time.monotonic() + 60
+        while len({json.loads(x)["Timestamp"] for x in list(out.lines)}) < 3:
+            out.alive()
+            assert time.monotonic() < deadline, "delivery stalled"
+            time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+    finally:
+        err = out.stop()
+    lines = list(out.lines)
+    assert all(len(x.encode()) <= MAX_EVENT for x in lines)
+    assert max(len(x.encode()) for x in lines) > MAX_EVENT // 2  # they really were split
+    by_window: dict[int, dict[str, int]] = {}
+    for x in lines:
+        doc = json.loads(x)  # whole JSON, never cut
+        counts = by_window.setdefault(doc["Timestamp"], {})
+        for k, v in doc.items():
+            if k.startswith("burst_gauge_"):
+                assert k not in counts, f"{k} twice in one interval"
+                counts[k] = v["Count"] if isinstance(v, dict) else 1
+    windows = sorted(by_window)
+    for ts in windows[:-1]:  # every closed interval: every series, the same number of samples
+        counts = by_window[ts]
+        assert len(counts) == n and len(set(counts.values())) == 1, ts
+    sent = next(float(line.split()[-1]) for line in metrics.splitlines()
+                if line.startswith('podgpu_emf_events_total{result="sent"}'))
+    assert sent <= len(lines)  # what /metrics counted as sent had reached stdout by then
+    assert 'podgpu_emf_events_total{result="too_large"} 0' in metrics
+    assert "Traceback" not in err
