@@ -136,7 +136,7 @@ def bench_build(repeat: int) -> dict[str, Any]:
     units = {}
     for doc in encoder.encode(closed):
         for d in json.loads(doc)["_aws"]["CloudWatchMetrics"]:
-            units.update({m["Name"]: m["Unit"] for m in d["Metrics"]})
+            units.update({m["Name"]: m.get("Unit", "None") for m in d["Metrics"]})
     dims = config.declarations[0].dimensions[0]
     official = timed(lambda: official_documents(closed, config.namespace, dims, units), repeat)
     our_docs = encoder.encode(closed)

@@ -69,12 +69,8 @@ def _go_refuses(pattern: str) -> str | None:
 
 def _clean(text: str) -> str:
     """Text RE2 can take: a lone surrogate (from a JSON `\\ud800`) becomes U+FFFD, which is what
-    Go's regexp reads an invalid UTF-8 byte as."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
-    return text
+    Go's regexp reads an invalid UTF-8 byte as. Only called when the binding refused the text."""
+    return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,17 +85,26 @@ class GoPattern:
 
     def search(self, text: str) -> bool:
         """True when the pattern matches anywhere in `text` (Go's `MatchString`)."""
-        return self._rx.search(_clean(text)) is not None
+        try:
+            return self._rx.search(text) is not None
+        except UnicodeEncodeError:
+            return self._rx.search(_clean(text)) is not None
 
     def fullmatch(self, text: str) -> bool:
         """True when the pattern matches the whole of `text`."""
-        return self._rx.fullmatch(_clean(text)) is not None
+        try:
+            return self._rx.fullmatch(text) is not None
+        except UnicodeEncodeError:
+            return self._rx.fullmatch(_clean(text)) is not None
 
     def groups(self, text: str) -> tuple[str | None, ...] | None:
         """Group 0 and every capture group of the leftmost match, None when no match.
 
         A group that did not take part is None (Go: index -1, expands to "")."""
-        m = self._rx.search(_clean(text))
+        try:
+            m = self._rx.search(text)
+        except UnicodeEncodeError:
+            m = self._rx.search(_clean(text))
         if m is None:
             return None
         return (m.group(0), *m.groups())

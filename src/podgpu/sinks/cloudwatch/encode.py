@@ -131,6 +131,9 @@ class Encoder:
         self._max_bytes = max_event_bytes
         self._plans: dict[tuple[LabelKey, str], Plan] = {}
         self._kept: dict[LabelKey, tuple[int, ...]] = {}
+        self._selected: dict[str, frozenset[int]] = {}
+        """Metric name -> declarations whose selectors match it (labels play no part)."""
+        self._by_index = {d.index: d for d in config.declarations}
         self._metric_defs: dict[str, dict[str, object]] = {}
         self._heads: dict[tuple[object, ...], tuple[str, str]] = {}
         self._storage_resolution = storage_resolution
@@ -149,8 +152,14 @@ class Encoder:
             if kept is None:
                 kept = self._kept[key] = tuple(
                     d.index for d in cfg.declarations if d.matches_labels(labels))
-            by_index = {d.index: d for d in cfg.declarations}
-            idx = tuple(i for i in kept if by_index[i].selects(metric))
+            by_index = self._by_index
+            selected = self._selected.get(metric)
+            if selected is None:
+                if len(self._selected) > 100_000:
+                    self._selected.clear()
+                selected = self._selected[metric] = frozenset(
+                    d.index for d in cfg.declarations if d.selects(metric))
+            idx = tuple(i for i in kept if i in selected)
             sets: list[tuple[str, ...]] = []
             for i in idx:
                 for s in by_index[i].dimension_sets(labels):
