@@ -127,6 +127,49 @@ def pod_row() -> list[Any]:
     ]
 
 
+def accounting_row() -> list[Any]:
+    """Issue 21: who held GPUs, how much of them they used, the energy, over the selected range
+    (podgpu's per-pod counters; each series' increase is taken before summing)."""
+    def per_ns(metric: str, fn: str = "increase", window: str = "$__range") -> str:
+        return f"sum by (namespace) ({fn}({metric}{{{POD}}}[{window}]))"
+
+    alloc, used = "podgpu_pod_gpu_allocated_seconds_total", "podgpu_pod_gpu_used_seconds_total"
+    energy = "podgpu_pod_gpu_energy_joules_total"
+    ns = "{{namespace}}"
+    return [
+        table.Panel().title("GPU-hours by namespace").description(
+            "Over the selected range: GPU-hours held (a time-sliced replica counts its share, a "
+            "MIG instance its slices of 7), GPU-hours used (utilisation-weighted), idle-allocated "
+            "GPU-hours (held, not used) and the GPUs' energy in kWh. `podgpu report` prints the "
+            "same per pod with costs.").datasource(DS).height(8).span(12)
+        .no_value("No accounting counters: is podgpu's /metrics scraped?")
+        .with_target(_q(per_ns(alloc) + " / 3600", ns, "A", instant=True))
+        .with_target(_q(per_ns(used) + " / 3600", ns, "B", instant=True))
+        .with_target(_q(f"clamp_min(({per_ns(alloc)} - {per_ns(used)}) / 3600, 0)", ns, "C",
+                        instant=True))
+        .with_target(_q(per_ns(energy) + " / 3.6e6", ns, "D", instant=True))
+        # one row per namespace: the four instant queries joined on it, columns named
+        .with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+        .with_transformation(dm.DataTransformerConfig(id_val="organize", options={
+            "excludeByName": {"Time": True},
+            "renameByName": {"Value #A": "GPU-hours held", "Value #B": "GPU-hours used",
+                             "Value #C": "idle-allocated GPU-hours", "Value #D": "kWh"}})),
+        _ts("GPUs held and used by namespace", "GPUs held (solid) and kept busy (the 'used' "
+            "lines) per namespace: the gap is allocated but idle.", "none",
+            _q(per_ns(alloc, "rate", "$__rate_interval"), ns + " held"),
+            _q(per_ns(used, "rate", "$__rate_interval"), ns + " used", "B")),
+        _ts("GPU power by namespace", "Watts of GPU energy per namespace: each GPU's energy "
+            "counter split between its pods by use.", "watt",
+            _q(per_ns(energy, "rate", "$__rate_interval"), ns), w=8),
+        _stat("GPU efficiency", "GPU-hours used over GPU-hours held in the selected range, all "
+              "selected namespaces.",
+              _q(f"sum(increase({used}{{{POD}}}[$__range])) / "
+                 f"sum(increase({alloc}{{{POD}}}[$__range]))"), unit="percentunit", color="green"),
+        _stat("Energy", "kWh of the selected pods' GPUs in the selected range.",
+              _q(f"sum(increase({energy}{{{POD}}}[$__range])) / 3.6e6"), unit="kwatth"),
+    ]
+
+
 def gpu_row() -> list[Any]:
     legend = "{{Hostname}} GPU {{gpu}}"
 
@@ -191,7 +234,8 @@ def build() -> dict[str, Any]:
                                     'namespace=~"$namespace"}, pod)', "Pod"))
          .with_variable(_var("gpu", 'label_values(DCGM_FI_DEV_GPU_TEMP{Hostname=~"$Hostname"}, gpu)',
                              "GPU")))
-    for title, panels in (("Fleet", fleet_row()), ("Per pod", pod_row()), ("Per GPU", gpu_row()),
+    for title, panels in (("Fleet", fleet_row()), ("Per pod", pod_row()),
+                          ("Accounting", accounting_row()), ("Per GPU", gpu_row()),
                           ("podgpu", self_row())):
         d = d.with_row(db.Row(title))
         for p in panels:

@@ -10,6 +10,9 @@ import http.server
 import io
 import json
 import threading
+import urllib.parse
+import urllib.request
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +223,86 @@ def test_a_server_that_is_not_prometheus_is_exit_1(tmp_path: Path) -> None:
 def test_prometheus_refusing_the_query_is_exit_1_with_its_reason(day: Day) -> None:
     code, _, err = report(*day_args(day, "--selector", 'namespace=~"("'))
     assert code == 1 and "HTTP 400" in err and "bad_data" in err
+
+
+# --- the dashboard's Accounting row on the same day ------------------------------------------
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "podgpu-dashboard.json"
+
+
+def accounting_panels() -> dict[str, dict[str, str]]:
+    """title -> {refId: expr} of the Accounting row's panels."""
+    doc = json.loads(DASHBOARD.read_text())
+    out: dict[str, dict[str, str]] = {}
+    row = None
+    for p in doc["panels"]:
+        if p["type"] == "row":
+            row = p["title"]
+        elif row == "Accounting":
+            out[p["title"]] = {t["refId"]: t["expr"] for t in p["targets"]}
+    return out
+
+
+def query(d: Day, expr: str, at: float, rng: str = "86400s") -> dict[str, float]:
+    """The panel's query as Grafana sends it with every variable on "All", keyed by namespace."""
+    expr = (expr.replace("$__range", rng).replace("$__rate_interval", "5m")
+            .replace("$Hostname", ".*").replace("$namespace", ".*").replace("$pod", ".*")
+            .replace("$gpu", ".*"))
+    q = urllib.parse.urlencode({"query": expr, "time": repr(at)})
+    with urllib.request.urlopen(f"{d.url}/api/v1/query?{q}", timeout=30) as r:
+        doc = json.loads(r.read())
+    assert doc["status"] == "success", doc
+    return {x["metric"].get("namespace", ""): float(x["value"][1]) for x in doc["data"]["result"]}
+
+
+def test_accounting_panels_show_the_days_numbers(day: Day) -> None:
+    panels = accounting_panels()
+    assert set(panels) == {"GPU-hours by namespace", "GPUs held and used by namespace",
+                           "GPU power by namespace", "GPU efficiency", "Energy"}
+    want = expected_rows(day)
+    held: dict[str, float] = defaultdict(float)
+    used: dict[str, float] = defaultdict(float)
+    kwh: dict[str, float] = defaultdict(float)
+    for (ns, _), (gh, uh, k, _) in want.items():
+        held[ns] += gh
+        used[ns] += uh
+        kwh[ns] += k
+    table = panels["GPU-hours by namespace"]
+    # increase() over the day: each pod's first minute and the restart's minute are lost to
+    # extrapolation, a few GPU-minutes in a namespace's tens of GPU-hours
+    for ref, exp in (("A", held), ("B", used), ("D", kwh)):
+        got = query(day, table[ref], day.end)
+        assert set(got) == set(exp)
+        for ns, v in exp.items():
+            assert abs(got[ns] - v) <= 0.02 * v + 0.05, (ref, ns, got[ns], v)
+    idle = query(day, table["C"], day.end)
+    for ns in held:
+        assert abs(idle[ns] - max(held[ns] - used[ns], 0.0)) <= 0.02 * held[ns] + 0.05
+    (eff,) = query(day, panels["GPU efficiency"]["A"], day.end).values()
+    assert abs(eff - sum(used.values()) / sum(held.values())) < 0.02
+    (energy,) = query(day, panels["Energy"]["A"], day.end).values()
+    assert abs(energy - sum(kwh.values())) <= 0.02 * sum(kwh.values())
+    # GPUs held now, at an instant with no pod starting or ending in the 5 minutes before
+    t = next(day.start + s for s in range(6 * 3600, 18 * 3600, 60)
+             if not any(day.start + s - 360 <= day.start + e <= day.start + s
+                        for p in day.pods for e in (p.start, p.end)))
+    now = query(day, panels["GPUs held and used by namespace"]["A"], t)
+    shares = held_at(day, t - day.start)
+    assert set(now) == set(shares)
+    for ns, v in shares.items():
+        assert abs(now[ns] - v) < 0.02, (ns, now[ns], v)
+    watts = query(day, panels["GPU power by namespace"]["A"], t)
+    assert set(watts) == set(shares) and all(0 <= w <= 640 * 4 for w in watts.values())
+
+
+def held_at(d: Day, t: float) -> dict[str, float]:
+    """GPUs held per namespace at simulated time t, from the schedule."""
+    from tests.fakes.churn_node import SLICES
+    from tests.integration.accounting_day import GPUS
+
+    out: dict[str, float] = defaultdict(float)
+    for g in GPUS:
+        active = [p for p in d.pods if p.gpu == g.index and p.start < t <= p.end]
+        for p in active:
+            out[p.namespace] += g.profiles[p.slot] / SLICES if g.kind == "mig" else 1 / len(active)
+    return dict(out)

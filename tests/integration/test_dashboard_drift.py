@@ -26,7 +26,7 @@ def test_variables_rows_and_panels() -> None:
         assert var[name]["multi"] and var[name]["includeAll"], name
         assert var[name]["datasource"]["uid"] == "${datasource}"
     rows = [p["title"] for p in doc["panels"] if p["type"] == "row"]
-    assert rows == ["Fleet", "Per pod", "Per GPU", "podgpu"]
+    assert rows == ["Fleet", "Per pod", "Accounting", "Per GPU", "podgpu"]
     ids = [p["id"] for p in doc["panels"]]
     assert len(ids) == len(set(ids))
     for p in doc["panels"]:

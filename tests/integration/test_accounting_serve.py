@@ -1,0 +1,74 @@
+"""Issue 21's "done when" on `podgpu serve --simulate 4`'s built-in scenario: over 20 s of real
+time, train-0's allocated seconds grow by ~20, infer-a + infer-b's together by ~20, and the pods'
+energy on GPUs 0 and 1 equals DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION's increase within 3 %. Also:
+the counters are valid text format for Prometheus' own parser, `--accounting=false` removes them,
+a metric list without the energy counter still gives energy (collected, not exported)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import ServeProcess
+
+pytestmark = pytest.mark.integration
+
+ALLOC = "podgpu_pod_gpu_allocated_seconds_total"
+ENERGY = "podgpu_pod_gpu_energy_joules_total"
+DEVICE_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+
+
+def scrape(p: ServeProcess) -> tuple[float, dict[tuple[str, str, str], float]]:
+    """(when, {(metric, pod or gpu, ...): value}) from one /metrics."""
+    status, _, body = p.get("/metrics")
+    assert status == 200
+    out: dict[tuple[str, str, str], float] = defaultdict(float)
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            if s.name in (ALLOC, ENERGY):
+                out[(s.name, s.labels["pod"], s.labels["gpu"])] += s.value
+            elif s.name in (DEVICE_ENERGY, DEVICE_ENERGY + "_total"):  # the parser adds _total
+                out[(DEVICE_ENERGY, "", s.labels["gpu"])] = s.value
+    return time.time(), out
+
+
+def test_done_when_on_the_built_in_scenario(serve: type[ServeProcess]) -> None:
+    p = serve("--simulate", "4")
+    p.wait_ready()
+    t0, a = scrape(p)
+    time.sleep(20)
+    t1, b = scrape(p)
+    wall = t1 - t0
+
+    def grew(metric: str, pod: str, gpu: str) -> float:
+        return b[(metric, pod, gpu)] - a[(metric, pod, gpu)]
+
+    # a 1 s collect interval: the scrapes see the counters up to a cycle apart from wall time
+    assert abs(grew(ALLOC, "train-0", "0") - wall) <= 1.5
+    assert abs(grew(ALLOC, "infer-a", "1") + grew(ALLOC, "infer-b", "1") - wall) <= 1.5
+    assert abs(grew(ALLOC, "infer-a", "1") - grew(ALLOC, "infer-b", "1")) <= 0.01
+    for gpu, pods in (("0", ("train-0",)), ("1", ("infer-a", "infer-b"))):
+        device = (b[(DEVICE_ENERGY, "", gpu)] - a[(DEVICE_ENERGY, "", gpu)]) / 1000.0
+        pod_sum = sum(grew(ENERGY, pod, gpu) for pod in pods)
+        assert device > 0 and abs(pod_sum - device) <= 0.03 * device, (gpu, pod_sum, device)
+
+
+def test_accounting_off_and_fields_outside_the_list(serve: type[ServeProcess],
+                                                    tmp_path: Path) -> None:
+    off = serve("--simulate", "2", "--accounting=false")
+    off.wait_ready()
+    assert ALLOC.encode() not in off.get("/metrics")[2]
+    short = tmp_path / "short.csv"
+    short.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n")
+    p = serve("--simulate", "2", "-f", str(short))
+    p.wait_ready()
+    time.sleep(3)
+    body = p.get("/metrics")[2].decode()
+    assert DEVICE_ENERGY not in body and "DCGM_FI_DEV_GPU_UTIL" not in body  # not exported
+    energy = [float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+              if line.startswith(ENERGY + "{") and 'pod="train-0"' in line]
+    assert energy and energy[0] > 0  # but read for accounting
