@@ -135,8 +135,34 @@ def test_exclusive_gpu_gets_pod_labels_shared_gpu_none_and_two_allocations() -> 
 
 def test_virtual_gpus_mode_gives_one_series_per_pod_with_vgpu() -> None:
     fams = families(render_default(pods_snapshot(), virtual_gpus=True))
-    shared = [s.labels for s in fams["DCGM_FI_DEV_GPU_UTIL"] if s.labels["gpu"] == "1"]
+    shared = [s.labels for s in fams["DCGM_FI_DEV_POWER_USAGE"] if s.labels["gpu"] == "1"]
     assert sorted((x["pod"], x["vgpu"]) for x in shared) == [("infer-a", "0"), ("infer-b", "1")]
+
+
+def test_virtual_gpus_split_util_and_memory_by_process_as_dcgm_exporter_4_8_2() -> None:
+    """Issue 17 item 4: GPU_UTIL and FB_USED keep the device series (no pod labels) and add one
+    per holder with its pod's processes' sum (SM %, MiB per process truncated); a holder with
+    no process gets 0; `pod_uid` is always on those series."""
+    snap = pods_snapshot()
+    fams = families(render_default(snap, virtual_gpus=True))
+    device = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_GPU_UTIL"]
+              if "pod" not in s.labels}
+    assert device == {"0": 100, "1": 100, "2": 0}
+    for field, per_proc in (("DCGM_FI_DEV_GPU_UTIL", lambda p: p.sm_util_percent or 0),
+                            ("DCGM_FI_DEV_FB_USED", lambda p: (p.used_memory_bytes or 0) >> 20)):
+        per_pod = {(s.labels["gpu"], s.labels["pod"], s.labels["pod_uid"]): s.value
+                   for s in fams[field] if "pod" in s.labels and "note" not in s.labels}
+        want = {}
+        for a in snap.allocations:
+            dev = next(d.device for d in snap.samples if d.device.key == a.device_key)
+            procs = [p for p in snap.processes if p.device_key == a.device_key and p.container
+                     and p.container.pod == a.container.pod]
+            want[(str(dev.index), a.container.pod, a.container.pod_uid)] = int(
+                sum(per_proc(p) for p in procs))
+        if field == "DCGM_FI_DEV_GPU_UTIL":  # the MIG instance has no GPU_UTIL at all
+            want = {k: v for k, v in want.items() if k[0] != "3"}
+        assert per_pod == want
+    assert ("3", "notebook", "uid-nb") in per_pod and per_pod[("3", "notebook", "uid-nb")] == 0
 
 
 def test_per_pod_usage_sums_processes_per_container() -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from podgpu.fields.metriclist import MetricList
 from podgpu.fields.xid import error_labels
 from podgpu.model import Allocation, Sample, Snapshot
-from podgpu.sinks.prometheus import pods, selfmetrics
+from podgpu.sinks.prometheus import pods, selfmetrics, virtual
 from podgpu.sinks.prometheus.labels import (
     LabelOptions,
     field_label_pairs,
@@ -54,6 +54,22 @@ def _variants(
     return out
 
 
+def _per_process(key: str, name: str, vtype: str, text: str, sample: Sample,
+                 held: list[Allocation], usage: virtual.PodUsage,
+                 label_fields: tuple[tuple[str, str], ...], opts: LabelOptions,
+                 jobs: tuple[str, ...]) -> list[str]:
+    """--kubernetes-virtual-gpus, GPU_UTIL/FB_USED: the device series and one per holder with
+    its pod's processes' sum (dcgm-exporter 4.8.2)."""
+    ident = identity_pairs(sample.device, opts)
+    middle = tuple(sorted(field_label_pairs(sample, label_fields)))
+    rows: list[tuple[Pairs, str]] = [((), text)]
+    for a in virtual.holder_allocations(held):
+        value = format_value(usage.value(key, sample.device.key, a.container), vtype)
+        rows.append((usage.attributes(a, opts), value or "0"))
+    return [f"{name}{{{label_pairs(ident + middle + attrs)}}} {value}\n"
+            for row_attrs, value in rows for _, attrs in with_jobs([((), row_attrs)], jobs)]
+
+
 def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> bytes:
     lopts = opts.labels
     # label rows: (value key, label name as the list spells it), sorted by label name
@@ -61,14 +77,20 @@ def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> byte
     holders = holders_by_device(snapshot.allocations)
     variants = [(s, _variants(s, label_fields, holders, lopts, snapshot.jobs_of(s.device)))
                 for s in snapshot.samples]
+    usage = virtual.PodUsage(snapshot) if lopts.virtual_gpus and snapshot.allocations else None
     parts: list[str] = []
     for row in metrics.metrics:
         key, name, vtype = row.name, row.out, row.field.value_type
         lines: list[str] = []
+        split = usage is not None and key in virtual.PER_PROCESS
         for sample, series in variants:
             value = sample.values.get(key)
             text = None if value is None else format_value(value, vtype)
-            if text is not None and key == XID_FIELD:
+            held = holders.get(sample.device.key) if split else None
+            if text is not None and held and usage is not None:
+                lines.extend(_per_process(key, name, vtype, text, sample, held, usage,
+                                          label_fields, lopts, snapshot.jobs_of(sample.device)))
+            elif text is not None and key == XID_FIELD:
                 # err_code/err_msg are attributes: after the labels, sorted with pod attributes
                 errs = error_labels(value)
                 lines.extend(

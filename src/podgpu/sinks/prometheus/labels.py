@@ -124,21 +124,23 @@ def series_variants(
     """(extra labels, attributes) for each series a device gets.
 
     One container holds the device: its pod labels/attributes (as dcgm-exporter). Several
-    containers share it: one series without pod labels (no arbitrary winner), or, with
-    --kubernetes-virtual-gpus, one series per holder with a `vgpu` attribute.
+    containers share it: one series without pod labels (no arbitrary winner). With
+    --kubernetes-virtual-gpus, as dcgm-exporter 4.8.2: one series per holder entry (container,
+    replica) with `vgpu` for a replica, no pod labels, and no device series beside them
+    (sinks/prometheus/virtual.py has the per-process GPU_UTIL/FB_USED split).
     """
-    holders = {_holder_key(a.container) for a in allocs}
-    if len(holders) == 1:
-        ref = allocs[0].container
-        return [(pod_label_pairs(ref, opts), container_pairs(ref, opts))]
-    if len(holders) > 1 and opts.virtual_gpus:
-        out = []
+    if opts.virtual_gpus and allocs:
+        out: list[tuple[Pairs, Pairs]] = []
         for a in sorted(allocs, key=lambda a: (a.replica if a.replica is not None else -1)):
             attrs = container_pairs(a.container, opts)
             if a.replica is not None:
                 attrs = (*attrs, ("vgpu", str(a.replica)))
-            out.append((pod_label_pairs(a.container, opts), tuple(sorted(attrs))))
+            out.append(((), tuple(sorted(attrs))))
         return out
+    holders = {_holder_key(a.container) for a in allocs}
+    if len(holders) == 1:
+        ref = allocs[0].container
+        return [(pod_label_pairs(ref, opts), container_pairs(ref, opts))]
     return [((), ())]
 
 
