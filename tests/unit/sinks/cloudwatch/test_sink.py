@@ -175,3 +175,20 @@ def test_stdout_needs_no_cluster_name_but_cloudwatch_does() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_abort_after_a_failed_start_sends_nothing() -> None:
+    """Issue 18 item 6: a `serve` whose port is taken aborts the sink: the open window and any
+    handed-off one are discarded, nothing reaches the destination (stop() would send them)."""
+    sent = {}
+    for end in ("abort", "stop"):
+        node = SimNode(2)
+        node.clock.now -= node.clock.now % 60
+        dest = FakeDestination()
+        sink = EmfSink(node.builder(), Encoder(load_emf_config(str(SEED)), keep_unmatched=True),
+                       EventQueue(1 << 20), dest, interval=1.0)
+        for snap in node.snapshots(3):  # two windows handed off, one open
+            sink.offer(snap)
+        getattr(sink, end)()
+        sent[end] = sum(len(b) for b in dest.batches)
+    assert sent["abort"] == 0 and sent["stop"] > 0
