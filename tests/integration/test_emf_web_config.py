@@ -65,6 +65,11 @@ def test_emf_serves_over_tls_with_basic_auth_and_the_same_limits(tmp_path: Path)
         assert _get(base + "/metrics", ctx, None)[0] == 401
         assert _get(base + "/metrics", ctx, "prometheus:wrong")[0] == 401
         assert _get(base + "/health", ctx, None)[0] == 200  # exempt from auth, as serve's
+        # the guard's and auth's counts are exported (issue 16 item 4)
+        body = _get(base + "/metrics", ctx, f"prometheus:{PASSWORD}")[1].decode()
+        assert 'podgpu_http_requests_denied_total{reason="unauthorized"} 2' in body, body
+        assert "podgpu_http_auth_failures_total 1" in body
+        assert 'podgpu_http_connections_closed_total{reason="evicted"} 0' in body
         assert _get(f"http://127.0.0.1:{port}/metrics", None, None)[0] == 0  # plain HTTP: no answer
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -24,7 +24,7 @@ from podgpu.bridge.scrape import ScrapeError, Target, parse_url
 from podgpu.bridge.series import Dropped, Group, TargetLabels, to_series
 from podgpu.emfbuild import build_emf_sink
 from podgpu.sinks.cloudwatch import EmfSink
-from podgpu.sinks.prometheus.text import escape_label_value, family_header, format_seconds
+from podgpu.sinks.prometheus.source import Family, Labels, MetricSource, Sample, render_sources
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -106,38 +106,33 @@ class Bridge:
                 "targets": targets, "emf": self.sink.health()}
         return (200 if ok else 503), body
 
-    def render_metrics(self) -> str:
+    def families(self) -> list[Family]:
+        """The targets' scrape counts as a MetricSource (sinks/prometheus/source.py)."""
         stats = [t.stats() for t, _ in self.targets]
-        out = [family_header("podgpu_emf_scrapes_total",
-                             "Scrapes of each target by result.", "counter")]
-        for s in stats:
-            t = escape_label_value(s.url)
-            out.append(f'podgpu_emf_scrapes_total{{target="{t}",result="ok"}} {s.ok}\n')
-            out.append(f'podgpu_emf_scrapes_total{{target="{t}",result="error"}} {s.failed}\n')
-        out.append(family_header("podgpu_emf_target_up",
-                                 "1 if the target's last scrape succeeded, like Prometheus' up.",
-                                 "gauge"))
-        out.extend(f'podgpu_emf_target_up{{target="{escape_label_value(s.url)}"}} '
-                   f"{int(s.up)}\n" for s in stats)
-        out.append(family_header("podgpu_emf_scrape_duration_seconds",
-                                 "How long the target's last scrape took.", "gauge"))
-        out.extend(f'podgpu_emf_scrape_duration_seconds{{target="{escape_label_value(s.url)}"}} '
-                   f"{format_seconds(s.last_duration)}\n" for s in stats)
-        out.append(family_header("podgpu_emf_scrape_samples",
-                                 "Samples in the target's last successful scrape.", "gauge"))
-        out.extend(f'podgpu_emf_scrape_samples{{target="{escape_label_value(s.url)}"}} '
-                   f"{s.last_samples}\n" for s in stats)
-        out.append(family_header(
-            "podgpu_emf_dropped_samples_total",
-            "Scraped samples not sent: unsupported_type (untyped, info, stateset) or not_finite "
-            "(NaN, Inf).", "counter"))
-        for s in stats:
-            t = escape_label_value(s.url)
-            out.append(f'podgpu_emf_dropped_samples_total{{target="{t}",reason="unsupported_type"}}'
-                       f" {s.dropped_type}\n")
-            out.append(f'podgpu_emf_dropped_samples_total{{target="{t}",reason="not_finite"}}'
-                       f" {s.dropped_value}\n")
-        return "".join(out) + self.sink.render_metrics()
+
+        def per_target(values: list[tuple[Labels, float]]) -> tuple[Sample, ...]:
+            return tuple(Sample(labels, value) for labels, value in values)
+
+        return [
+            Family("podgpu_emf_scrapes_total", "Scrapes of each target by result.", "counter",
+                   per_target([((("target", s.url), ("result", r)), n) for s in stats
+                               for r, n in (("ok", s.ok), ("error", s.failed))])),
+            Family("podgpu_emf_target_up",
+                   "1 if the target's last scrape succeeded, like Prometheus' up.", "gauge",
+                   per_target([((("target", s.url),), int(s.up)) for s in stats])),
+            Family("podgpu_emf_scrape_duration_seconds",
+                   "How long the target's last scrape took.", "gauge",
+                   per_target([((("target", s.url),), float(s.last_duration)) for s in stats])),
+            Family("podgpu_emf_scrape_samples",
+                   "Samples in the target's last successful scrape.", "gauge",
+                   per_target([((("target", s.url),), s.last_samples) for s in stats])),
+            Family("podgpu_emf_dropped_samples_total",
+                   "Scraped samples not sent: unsupported_type (untyped, info, stateset) or "
+                   "not_finite (NaN, Inf).", "counter",
+                   per_target([((("target", s.url), ("reason", r)), n) for s in stats
+                               for r, n in (("unsupported_type", s.dropped_type),
+                                            ("not_finite", s.dropped_value))])),
+        ]
 
 
 def build_sink(settings: BridgeSettings) -> tuple[EmfSink, str]:
@@ -149,12 +144,12 @@ def build_sink(settings: BridgeSettings) -> tuple[EmfSink, str]:
                           route_labels={"job": settings.job, **dict(settings.target_labels)})
 
 
-def make_app(bridge: Bridge) -> web.Application:
-    """/metrics (the bridge's own counters and the sink's) and /health, served through
-    podgpu.http like `serve` (web config, connection guard, request deadline)."""
+def make_app(bridge: Bridge, sources: Sequence[MetricSource]) -> web.Application:
+    """/metrics (the bridge's, the sink's and the listener's counters) and /health, served
+    through podgpu.http like `serve` (web config, connection guard, request deadline)."""
     from podgpu.http.textapp import make_text_app
 
-    return make_text_app(lambda: bridge.render_metrics().encode(), bridge.health,
+    return make_text_app(lambda: render_sources(sources).encode(), bridge.health,
                          index=b"podgpu emf: /metrics, /health\n")
 
 
@@ -188,6 +183,7 @@ def _run_serving(bridge: Bridge, settings: BridgeSettings, security: WebSecurity
     from podgpu.http.guard import Limits
     from podgpu.http.lifecycle import Stopper
     from podgpu.http.server import serve_until_stopped
+    from podgpu.http.stats import HttpStats
     from podgpu.reload import install_sighup
 
     stopper = Stopper()
@@ -201,7 +197,8 @@ def _run_serving(bridge: Bridge, settings: BridgeSettings, security: WebSecurity
             died.append(exc)
             stopper.stop("the tick loop stopped")
 
-    app = make_app(bridge)
+    stats = HttpStats(security.access if security is not None else None)
+    app = make_app(bridge, (bridge, bridge.sink, stats))
     if security is not None:
         security.install(app)
     install_sighup(app, on_loop=[security.request_reload] if security is not None else [])
@@ -215,7 +212,8 @@ def _run_serving(bridge: Bridge, settings: BridgeSettings, security: WebSecurity
             app, settings.http.host, settings.http.port,
             limits=Limits(max_connections=settings.http.max_connections,
                           request_timeout=settings.http.request_timeout),
-            ssl_context=security.ssl_context if security is not None else None))
+            ssl_context=security.ssl_context if security is not None else None,
+            ready=lambda _addresses, guard: setattr(stats, "guard", guard)))
     finally:
         bridge.stop()
         thread.join(settings.scrape_timeout + 5.0)

@@ -12,6 +12,7 @@ import logging
 import signal
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping
 from importlib import resources
@@ -88,8 +89,14 @@ def make_app(publisher: Publisher, *, interval: float, backend: str,
 
 async def serve_until_stopped(app: web.Application, host: str | None, port: int, *,
                               limits: Limits | None = None,
-                              ssl_context: ssl.SSLContext | None = None) -> None:
+                              ssl_context: ssl.SSLContext | None = None,
+                              ready: Callable[[list[tuple[str, int]], ConnectionGuard], None]
+                              | None = None) -> None:
     """Listen until SIGTERM or SIGINT, then close listeners and finish in-flight requests.
+
+    `ready(addresses, guard)` runs once listening: the bound (host, port) pairs (port 0 asks the
+    OS for one) and the guard, whose counters the caller exports. Off the main thread (an agent
+    started by a test) no signal handler is installed; cancel the task to stop.
 
     Connections go through http.guard (request deadline, connection cap, quiet bad requests).
     Raises ConfigError when `host` cannot be resolved or is not an address of this machine, and
@@ -117,9 +124,12 @@ async def serve_until_stopped(app: web.Application, host: str | None, port: int,
     for addr in _bound(listener):
         log.info("listening on %s://%s/metrics (at most %d connections, %g s per request)",
                  scheme, addr, guard.cap, limits.request_timeout)
+    if ready is not None:
+        ready([sock.getsockname()[:2] for sock in listener.sockets], guard)
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
         log.info("stopping")
@@ -130,22 +140,40 @@ async def serve_until_stopped(app: web.Application, host: str | None, port: int,
 
 async def send_in_chunks(request: web.Request, body: bytes,
                          headers: dict[str, str]) -> web.StreamResponse:
-    """Write `body` in WRITE_CHUNK pieces, each after the socket took the previous one (issue 19):
-    written whole, a client that does not read would keep a copy of the rest of the answer in
-    podgpu's memory until the request deadline closes it; this way it keeps one chunk at most.
-    A reading client pays a few more send() calls and nothing else."""
+    """Write `body` so that a client that does not read keeps at most WRITE_CHUNK of it in
+    podgpu's memory (issue 19). Written whole, the part the kernel does not take is copied into
+    the transport's buffer (Python 3.11) and stays there until the request deadline. Each step
+    writes what the socket's send buffer has room for (one write for a client that reads, as
+    before) or one WRITE_CHUNK when it has none, and waits until the socket took it."""
     resp = web.StreamResponse(headers=headers)
     resp.content_length = len(body)
     await resp.prepare(request)
     view = memoryview(body)
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    tls = request.transport is not None and request.transport.get_extra_info("sslcontext")
+    start = 0
     try:
-        for start in range(0, len(view), WRITE_CHUNK):
-            await resp.write(view[start:start + WRITE_CHUNK])
+        while start < len(view):
+            room = WRITE_CHUNK if tls else send_room(sock)
+            step = max(WRITE_CHUNK, room)
+            await resp.write(view[start:start + step])
+            start += step
             await request.writer.drain()
         await resp.write_eof()
     except ConnectionError:  # the client left, or the guard closed it: nothing to answer
         pass
     return resp
+
+
+def send_room(sock: Any) -> int:
+    """Bytes the kernel will surely take now: half of the send buffer not yet in flight (the
+    kernel counts its own overhead against the buffer too). 0 when unknown."""
+    try:
+        size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+    except (OSError, AttributeError, ValueError):
+        return 0
+    return max(0, (size - queued) // 2)
 
 
 def _listen_error(exc: OSError, host: str | None, port: int) -> Exception:

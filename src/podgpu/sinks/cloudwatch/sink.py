@@ -20,7 +20,7 @@ from podgpu.sinks.cloudwatch.queue import EventQueue, Handoff
 from podgpu.sinks.cloudwatch.sender import EmfStats, Sender
 from podgpu.sinks.cloudwatch.series import COUNTER, Item, LabelKey, SeriesBuilder
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
-from podgpu.sinks.prometheus.text import family_header, format_seconds
+from podgpu.sinks.prometheus.source import Family, Sample, counter, gauge, render
 
 log = logging.getLogger(__name__)
 
@@ -162,33 +162,34 @@ class EmfSink:
         makes /health fail (GPU metrics are fine)."""
         return self._sender.health()
 
+    def families(self) -> list[Family]:
+        """The sink's counters as a MetricSource (sinks/prometheus/source.py)."""
+        return emf_families(self.stats(), self._encode_seconds, self._encoder.too_large)
+
     def render_metrics(self) -> str:
-        return render_emf_metrics(self.stats(), self._encode_seconds, self._encoder.too_large)
+        return render(self.families())
 
 
-def render_emf_metrics(s: EmfStats, encode_seconds: float = 0.0, too_large: int = 0) -> str:
-    out = [family_header(
-        "podgpu_emf_events_total",
-        "EMF events by outcome: sent, retried (attempts that failed and will be repeated), "
-        "rejected (refused for good), dropped (oldest, past --emf-queue-bytes), too_large (over "
-        "256 KiB even with one metric; never queued).", "counter")]
-    for result, n in (("sent", s.sent), ("retried", s.retried), ("rejected", s.rejected),
-                      ("dropped", s.dropped), ("too_large", too_large)):
-        out.append(f'podgpu_emf_events_total{{result="{result}"}} {n}\n')
-    out.append(family_header("podgpu_emf_queue_bytes",
-                             "Bytes of EMF events waiting to be sent (26 bytes per event included).",
-                             "gauge"))
-    out.append(f"podgpu_emf_queue_bytes {s.queue_bytes}\n")
-    out.append(family_header("podgpu_emf_send_duration_seconds",
-                             "Time spent in sends to the EMF destination.", "summary"))
-    out.append(f"podgpu_emf_send_duration_seconds_sum {format_seconds(s.send_seconds_sum)}\n")
-    out.append(f"podgpu_emf_send_duration_seconds_count {s.send_count}\n")
-    out.append(family_header("podgpu_emf_encode_duration_seconds",
-                             "Time the last interval's EMF documents took to build.", "gauge"))
-    out.append(f"podgpu_emf_encode_duration_seconds {format_seconds(encode_seconds)}\n")
+def emf_families(s: EmfStats, encode_seconds: float = 0.0, too_large: int = 0) -> list[Family]:
+    out = [
+        counter("podgpu_emf_events_total",
+                "EMF events by outcome: sent, retried (attempts that failed and will be "
+                "repeated), rejected (refused for good), dropped (oldest, past "
+                "--emf-queue-bytes), too_large (over 256 KiB even with one metric; never "
+                "queued).", "result",
+                (("sent", s.sent), ("retried", s.retried), ("rejected", s.rejected),
+                 ("dropped", s.dropped), ("too_large", too_large))),
+        gauge("podgpu_emf_queue_bytes",
+              "Bytes of EMF events waiting to be sent (26 bytes per event included).",
+              s.queue_bytes),
+        Family("podgpu_emf_send_duration_seconds", "Time spent in sends to the EMF destination.",
+               "summary", (Sample((), float(s.send_seconds_sum), "_sum"),
+                           Sample((), s.send_count, "_count"))),
+        gauge("podgpu_emf_encode_duration_seconds",
+              "Time the last interval's EMF documents took to build.", float(encode_seconds)),
+    ]
     if s.last_success is not None:
-        out.append(family_header("podgpu_emf_last_success_timestamp_seconds",
-                                 "When the EMF destination last accepted a batch (Unix time).",
-                                 "gauge"))
-        out.append(f"podgpu_emf_last_success_timestamp_seconds {format_seconds(s.last_success)}\n")
-    return "".join(out)
+        out.append(gauge("podgpu_emf_last_success_timestamp_seconds",
+                         "When the EMF destination last accepted a batch (Unix time).",
+                         float(s.last_success)))
+    return out
