@@ -20,7 +20,9 @@ so no health series; it shows in `podgpu_devices{state="lost"}` and /health.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import collections
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 from podgpu.model import LabeledValue
 from podgpu.model.device import Value
@@ -113,3 +115,54 @@ def p2p_series(peers: Iterable[tuple[int, int]]) -> tuple[LabeledValue, ...]:
         text = P2P_STATUS[status] if 0 <= status < len(P2P_STATUS) else "Unknown"
         out.append(LabeledValue(P2P, (("link_status", text), ("peer_gpu", str(peer))), status))
     return tuple(out)
+
+
+CLOCK_COUNT = "DCGM_EXP_CLOCK_EVENTS_COUNT"
+DCGM_EXPORTER_INTERVAL = 30.0
+"""dcgm-exporter's default collect interval (-c 30000): how often DCGM samples the bitmask."""
+CLOCK_EVENTS: tuple[tuple[int, str], ...] = (
+    (0x1, "gpu_idle"), (0x2, "clocks_setting"), (0x4, "power_cap"), (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"), (0x20, "sw_thermal"), (0x40, "hw_thermal"), (0x80, "hw_power_brake"),
+    (0x100, "display_clocks"),
+)
+"""dcgm-exporter's clock_event label value per bit of the clock-event reasons bitmask."""
+
+
+class ClockEventCounter:
+    """DCGM_EXP_CLOCK_EVENTS_COUNT with dcgm-exporter's meaning at any collect interval (issue 17).
+
+    dcgm-exporter counts, per reason, the DCGM samples of the clock-event bitmask inside the
+    window that have its bit set, and DCGM samples the bitmask once per dcgm-exporter collect
+    interval (30 s by default). podgpu reads the bitmask every cycle (1 s by default), so counting
+    every read would give ~30 times dcgm-exporter's counts and fire thresholds written for it.
+    So one read per `period` seconds is kept (the first read in each period-long slot of the
+    clock): the count is "samples at dcgm-exporter's interval", whatever podgpu's interval is.
+    `period` is dcgm-exporter's interval (30 s unless -c is set); with a collect interval at or
+    above it, every read counts. One instance per GPU, used from one thread.
+    """
+
+    def __init__(self, window: float, period: float = DCGM_EXPORTER_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.window = window
+        self.period = period
+        self._clock = clock
+        self._slot: int | None = None
+        self._seen: collections.deque[tuple[float, int]] = collections.deque()
+
+    def observe(self, mask: int) -> None:
+        now = self._clock()
+        slot = int(now // self.period) if self.period > 0 else None
+        if slot is None or slot != self._slot:
+            self._slot = slot
+            self._seen.append((now, int(mask)))
+        horizon = now - self.window
+        while self._seen and self._seen[0][0] < horizon:
+            self._seen.popleft()
+
+    def series(self) -> list[LabeledValue]:
+        """One series per reason seen in the window, or one `0` series without `clock_event`."""
+        window = ("window_size_in_ms", str(round(self.window * 1000)))
+        out = [LabeledValue(CLOCK_COUNT, (window, ("clock_event", label)), n)
+               for bit, label in CLOCK_EVENTS
+               if (n := sum(1 for _, mask in self._seen if mask & bit))]
+        return out or [LabeledValue(CLOCK_COUNT, (window,), 0)]

@@ -24,6 +24,7 @@ from types import MappingProxyType, ModuleType
 from podgpu.backends import nvml_lib
 from podgpu.backends.base import Reading
 from podgpu.backends.deadline import Workers
+from podgpu.backends.derived import DCGM_EXPORTER_INTERVAL
 from podgpu.backends.lost import lost_sample
 from podgpu.backends.nvml_events import EventWatcher
 from podgpu.backends.nvml_gpu import CycleJob, GpuResult, GpuRunner, GpuView
@@ -52,6 +53,7 @@ class NvmlBackend:
         *,
         xid_window_seconds: float = 300.0,
         clock_events_window_seconds: float = 300.0,
+        clock_events_sample_seconds: float = DCGM_EXPORTER_INTERVAL,
         pynvml_module: ModuleType | None = None,
         retry_seconds: float = 2.0,
         read_timeout_seconds: float = DEFAULT_READ_TIMEOUT,
@@ -60,6 +62,7 @@ class NvmlBackend:
         self._module = pynvml_module
         self._xid_window = xid_window_seconds
         self._clock_window = clock_events_window_seconds
+        self._clock_period = clock_events_sample_seconds
         self._retry_seconds = retry_seconds
         self._clock = clock
         self._lib: Lib | None = None
@@ -108,7 +111,8 @@ class NvmlBackend:
         is left undiscovered (reported as not answering) and picked up when its call returns."""
         info = MappingProxyType(dict(self._info))
         self._runners = {i: GpuRunner(lib, i, info=info, retry_seconds=self._retry_seconds,
-                                      clock_window=self._clock_window, clock=self._clock)
+                                      clock_window=self._clock_window,
+                                      clock_period=self._clock_period, clock=self._clock)
                          for i in range(count)}
         futures = self._workers.run(((i, r.start) for i, r in self._runners.items()),
                                     self._read_timeout)

@@ -18,7 +18,8 @@ from types import MappingProxyType
 from typing import Any
 
 from podgpu.backends import derived
-from podgpu.backends.nvml_events import EventWatcher, WindowCounter
+from podgpu.backends.derived import ClockEventCounter
+from podgpu.backends.nvml_events import EventWatcher
 from podgpu.backends.nvml_gpm import GpmStream, gpm_support
 from podgpu.backends.nvml_lib import GPU_IS_LOST, Lib, text
 from podgpu.backends.nvml_mig import enumerate_instances
@@ -83,11 +84,13 @@ class GpuRunner:
     """Owns one GPU's `GpuState`. Every method runs on that GPU's worker thread only."""
 
     def __init__(self, lib: Lib, index: int, *, info: Mapping[str, str], retry_seconds: float,
-                 clock_window: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 clock_window: float, clock_period: float = derived.DCGM_EXPORTER_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._lib = lib
         self._info = info
         self._retry = retry_seconds
         self._clock_window = clock_window
+        self._clock_period = clock_period
         self._clock = clock
         self._gpu = GpuState(index)
         self._view: GpuView | None = None
@@ -185,7 +188,8 @@ class GpuRunner:
         g.free_gpm()
         g.uuid, g.handle, g.device, g.instances = uuid, handle, device, instances
         if g.clock_events is None:
-            g.clock_events = WindowCounter(self._clock_window, self._clock)
+            g.clock_events = ClockEventCounter(self._clock_window, self._clock_period,
+                                               self._clock)
         g.proc_timestamp = 0
         g.rate_prev = {}
         g.mig_dirty = False

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from podgpu.backends import derived
 from podgpu.backends.nvml_lib import Lib, text
 from podgpu.fields.catalog import Field
 from podgpu.model.device import Value
@@ -23,18 +24,7 @@ from podgpu.model.device import Value
 ALL_LINKS = 0xFFFFFFFF
 CLOCK_REASONS_CALL = "nvmlDeviceGetCurrentClocksEventReasons"
 
-# dcgm-exporter's clock_event label values per bit (reference/dcgm-exporter.md §5).
-CLOCK_EVENTS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"),
-    (0x2, "clocks_setting"),
-    (0x4, "power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal"),
-    (0x40, "hw_thermal"),
-    (0x80, "hw_power_brake"),
-    (0x100, "display_clocks"),
-)
+CLOCK_EVENTS = derived.CLOCK_EVENTS  # dcgm-exporter's clock_event label values per bit
 
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                  6: "usVal"}

@@ -17,7 +17,6 @@ from podgpu.backends.nvml_events import EventWatcher
 from podgpu.backends.nvml_lib import NOT_FOUND, Lib
 from podgpu.backends.nvml_mig import MigInstance
 from podgpu.backends.nvml_plan import (
-    CLOCK_EVENTS,
     CLOCK_REASONS_CALL,
     Plan,
     call,
@@ -259,25 +258,16 @@ def _events(gpu: GpuState, plan: Plan, acc: _Acc, events: EventWatcher | None) -
 
 
 def _clock_events(gpu: GpuState, plan: Plan, acc: _Acc, mask: Any) -> None:
-    """DCGM_EXP_CLOCK_EVENTS_COUNT: per reason, the cycles in the window whose clock-event
-    bitmask had it set (dcgm-exporter counts samples, not distinct events)."""
+    """DCGM_EXP_CLOCK_EVENTS_COUNT: per reason, the bitmask samples in the window that had it set,
+    one sample per dcgm-exporter collect interval (derived.ClockEventCounter, issue 17)."""
     f = plan.clock_count
     if f is None or gpu.clock_events is None:
         return
     if mask is None:
         acc.miss(f, "clock event reasons unavailable")
         return
-    for bit, label in CLOCK_EVENTS:
-        if int(mask) & bit:
-            gpu.clock_events.add(label)
-    counts = gpu.clock_events.counts()
-    window = _window_label(gpu.clock_events.window)
-    if not counts:
-        acc.labeled.append(LabeledValue(f.name, (window,), 0))
-    for _, label in CLOCK_EVENTS:
-        if label in counts:
-            acc.labeled.append(LabeledValue(f.name, (window, ("clock_event", label)),
-                                            counts[label]))
+    gpu.clock_events.observe(int(mask))
+    acc.labeled.extend(gpu.clock_events.series())
 
 
 def read_processes(lib: Lib, gpu: GpuState) -> tuple[GpuProcess, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from podgpu.backends.nvml_events import WindowCounter
+from podgpu.backends.derived import ClockEventCounter
 from podgpu.backends.nvml_gpm import GpmStream
 from podgpu.backends.nvml_mig import MigInstance
 from podgpu.model import Device
@@ -35,7 +35,7 @@ class GpuState:
     labels: dict[str, Any] | None = None
     label_missing: dict[str, str] = field(default_factory=dict)
     rate_prev: dict[str, tuple[float, int]] = field(default_factory=dict)
-    clock_events: WindowCounter | None = None
+    clock_events: ClockEventCounter | None = None
     proc_timestamp: int = 0
     lost: str | None = None
     lost_xid: int = 0

@@ -9,7 +9,6 @@ Hopper and newer), so the simulated node shows what a real node of that model wo
 
 from __future__ import annotations
 
-import collections
 import math
 import time
 import uuid
@@ -20,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from podgpu.backends import derived
 from podgpu.backends.base import Reading
-from podgpu.backends.nvml_plan import CLOCK_EVENTS
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import CATALOG, Field
 from podgpu.model import Device, LabeledValue, Sample
@@ -108,6 +106,7 @@ class SimulatedBackend:
         scenario: Scenario | None = None,
         xid_window_seconds: float = 300.0,
         clock_events_window_seconds: float = 300.0,
+        clock_events_sample_seconds: float = derived.DCGM_EXPORTER_INTERVAL,
     ) -> None:
         self._model = model
         self._count = count
@@ -131,7 +130,8 @@ class SimulatedBackend:
             (*scenario.xids, *self._lost) if scenario is not None else ())
         self._xid_window = xid_window_seconds
         self._clock_window = clock_events_window_seconds
-        self._clock_seen: dict[int, collections.deque[tuple[float, int]]] = {}
+        self._clock_period = clock_events_sample_seconds
+        self._clock_seen: dict[int, derived.ClockEventCounter] = {}
         self._devices = tuple(self._make_device(i) for i in range(count))
 
     def _make_device(self, i: int) -> Device:
@@ -252,15 +252,12 @@ class SimulatedBackend:
                 for k, n in sorted(counts.items())]
 
     def _clock_counts(self, index: int, now: float, reasons: int) -> list[LabeledValue]:
-        seen = self._clock_seen.setdefault(index, collections.deque())
-        seen.append((now, reasons))
-        while seen and seen[0][0] < now - self._clock_window:
-            seen.popleft()
-        window = self._window(self._clock_window)
-        out = [LabeledValue("DCGM_EXP_CLOCK_EVENTS_COUNT", (window, ("clock_event", label)), n)
-               for bit, label in CLOCK_EVENTS
-               if (n := sum(1 for _, mask in seen if mask & bit))]
-        return out or [LabeledValue("DCGM_EXP_CLOCK_EVENTS_COUNT", (window,), 0)]
+        counter = self._clock_seen.get(index)
+        if counter is None:  # one bitmask sample per dcgm-exporter interval (issue 17)
+            counter = self._clock_seen[index] = derived.ClockEventCounter(
+                self._clock_window, self._clock_period, self._clock)
+        counter.observe(reasons)
+        return counter.series()
 
     def _last_xid(self, index: int, elapsed: float) -> int:
         """The most recent scheduled XID on GPU `index`, 0 before any (DCGM_FI_DEV_XID_ERRORS)."""

@@ -400,17 +400,18 @@ def test_clock_events_counted_per_reason_over_the_window() -> None:
     clock = FakeClock()
     nv = FakeNvml(gpus(1), clock=clock)
     b = NvmlBackend(pynvml_module=nv, clock=clock,  # type: ignore[arg-type]
-                    clock_events_window_seconds=10.0)
+                    clock_events_window_seconds=10.0, clock_events_sample_seconds=1.0)
     b.open()
     want = fields("DCGM_EXP_CLOCK_EVENTS_COUNT")
     try:
         nv.gpus[0].values["nvmlDeviceGetCurrentClocksEventReasons"] = 0x0
         first = b.read(want).samples[0].labeled
         nv.gpus[0].values["nvmlDeviceGetCurrentClocksEventReasons"] = 0x5  # idle + power cap
+        clock.advance(1.0)
         b.read(want)
-        clock.advance(4.0)
+        clock.advance(3.0)
         third = b.read(want).samples[0].labeled
-        clock.advance(8.0)  # the first two cycles fall out of the 10 s window
+        clock.advance(8.0)  # the first two samples fall out of the 10 s window
         fourth = b.read(want).samples[0].labeled
     finally:
         b.close()
@@ -479,3 +480,26 @@ def test_per_link_nvlink_bandwidth_reads_its_own_link() -> None:
                                   "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"))
     assert BY_NAME["DCGM_FI_DEV_NVLINK_BANDWIDTH_L6"].id == 475
     assert plan.batch() == [(tx, 6), (rx, 6), (tx, ALL_LINKS), (rx, ALL_LINKS)]
+
+
+def test_clock_event_counts_are_samples_at_dcgm_exporters_interval_whatever_podgpus() -> None:
+    """Issue 17 item 7: dcgm-exporter counts DCGM's bitmask samples, taken once per its collect
+    interval (30 s by default). podgpu reading every second keeps one read per 30 s, so two
+    minutes of power capping at a 1 s or at a 30 s collect interval count the same: 4 samples,
+    dcgm-exporter's count (not 120)."""
+    counts = []
+    for step in (1.0, 30.0):
+        clock = FakeClock(1_800_000_000.0)  # on a 30 s boundary
+        nv = FakeNvml(gpus(1), clock=clock)
+        nv.gpus[0].values["nvmlDeviceGetCurrentClocksEventReasons"] = 0x4  # power cap
+        b = NvmlBackend(pynvml_module=nv, clock=clock,  # type: ignore[arg-type]
+                        clock_events_window_seconds=300.0)
+        b.open()
+        try:
+            for _ in range(int(120 / step)):
+                labeled = b.read(fields("DCGM_EXP_CLOCK_EVENTS_COUNT")).samples[0].labeled
+                clock.advance(step)
+        finally:
+            b.close()
+        counts.append({dict(lv.labels).get("clock_event"): lv.value for lv in labeled})
+    assert counts[0] == counts[1] == {"power_cap": 4}
