@@ -85,21 +85,22 @@ class State:
     """When finished holders were last looked for (every PRUNE_EVERY seconds, not every cycle)."""
 
 
-def _energy_mj(prev: Snapshot, cur: Snapshot) -> dict[str, tuple[Device, float | None, float]]:
-    """Per physical GPU UUID: (device, counter increase in J or None, power x dt in J)."""
+def _energy_j(prev: Snapshot, cur: Snapshot) -> dict[str, tuple[Device, float]]:
+    """Per physical GPU UUID: (device, joules between the two snapshots): the energy counter's
+    increase, or POWER_USAGE x interval where the counter is missing or went backwards."""
     before = {s.device.uuid: s.values.get(ENERGY) for s in prev.samples if not s.device.is_mig}
     dt = cur.taken_at - prev.taken_at
-    out: dict[str, tuple[Device, float | None, float]] = {}
+    out: dict[str, tuple[Device, float]] = {}
     for s in cur.samples:
         if s.device.is_mig:
             continue
         now, then = s.values.get(ENERGY), before.get(s.device.uuid)
-        delta = None
         if isinstance(now, int | float) and isinstance(then, int | float) and now >= then:
-            delta = (now - then) / 1000.0
+            out[s.device.uuid] = (s.device, (now - then) / 1000.0)
+            continue
         power = s.values.get(POWER)
-        estimate = float(power) * dt if isinstance(power, int | float) and power >= 0 else 0.0
-        out[s.device.uuid] = (s.device, delta, estimate)
+        joules = float(power) * dt if isinstance(power, int | float) and power >= 0 else 0.0
+        out[s.device.uuid] = (s.device, joules)
     return out
 
 
@@ -107,7 +108,7 @@ def advance(state: State, prev: Snapshot | None, cur: Snapshot,
             opts: Options = Options()) -> State:
     """The totals after `cur`, given those after `prev` (None: `cur` is the first snapshot, which
     only makes its holders' series appear at 0)."""
-    rates = cycle_rates(cur)
+    by_gpu = cycle_rates(cur)
     now = cur.taken_at
     src = state.entries  # mappingproxy.copy() is the C dict copy; dict(proxy) is 30x slower
     entries = src.copy() if isinstance(src, MappingProxyType) else dict(src)
@@ -117,74 +118,59 @@ def advance(state: State, prev: Snapshot | None, cur: Snapshot,
     if dt > opts.max_gap_seconds:
         skipped += dt
         dt = 0.0
-    held: dict[HolderKey, float] = {}
-    if dt > 0 and prev is not None:
-        held, unheld = _split_energy(rates, _energy_mj(prev, cur))
-        if unheld:
-            more = dict(unattributed)
-            for gpu_uuid, (dev, joules) in unheld.items():
-                old = more.get(gpu_uuid)
-                more[gpu_uuid] = GpuEnergy(dev, (old.joules if old else 0.0) + joules)
-            unattributed = MappingProxyType(more)
+    energy = _energy_j(prev, cur) if dt > 0 and prev is not None else {}
     get = entries.get
-    for key, (alloc, used, mem, dev, ref) in rates.items():
-        e = get(key)
-        if dt > 0:
+    seen = 0
+    for gpu_uuid, rates in by_gpu.items():
+        seen += len(rates)
+        if dt <= 0:
+            for key, (_, _, _, dev, ref) in rates:
+                e = get(key)
+                entries[key] = (_new(Entry, (dev, ref, 0.0, 0.0, 0.0, 0.0, now)) if e is None
+                                else e._replace(device=dev, last_seen=now))
+            continue
+        gpu = energy.pop(gpu_uuid, None)
+        joules = 0.0 if gpu is None else gpu[1]
+        weights = _weights(rates)
+        for i, (key, (alloc, used, mem, dev, ref)) in enumerate(rates):
+            e = get(key)
+            a = alloc * dt
             u = 0.0 if used is None else used * dt
+            j = joules * weights[i]
             m = 0.0 if mem is None else mem * dt
-            j = held.get(key, 0.0)
             if e is not None:
+                a += e[2]
                 u += e[3]
-                m += e[5]
                 j += e[4]
-            entries[key] = _new(Entry, (dev, ref, alloc * dt + (e[2] if e is not None else 0.0),
-                                        u, j, m, now))
-        elif e is None:
-            entries[key] = _new(Entry, (dev, ref, 0.0, 0.0, 0.0, 0.0, now))
-        else:
-            entries[key] = e._replace(device=dev, last_seen=now)
+                m += e[5]
+            entries[key] = _new(Entry, (dev, ref, a, u, j, m, now))
+    if energy:  # GPUs nobody held this interval
+        more = dict(unattributed)
+        for gpu_uuid, (dev, joules) in energy.items():
+            old = more.get(gpu_uuid)
+            more[gpu_uuid] = GpuEnergy(dev, (old.joules if old else 0.0) + joules)
+        unattributed = MappingProxyType(more)
     pruned_at = state.pruned_at
-    if len(entries) > len(rates) and not 0 <= now - pruned_at < PRUNE_EVERY:
+    if len(entries) > seen and not 0 <= now - pruned_at < PRUNE_EVERY:
         horizon = now - opts.grace_seconds
         entries = {k: e for k, e in entries.items() if e.last_seen >= horizon}
         pruned_at = now
     return State(MappingProxyType(entries), unattributed, skipped, pruned_at)
 
 
-def _split_energy(rates: dict[HolderKey, Rate],
-                  energy: dict[str, tuple[Device, float | None, float]]
-                  ) -> tuple[dict[HolderKey, float], dict[str, tuple[Device, float]]]:
-    """Each GPU's energy this interval between its holders (by used share; by allocated share
-    when no holder's use is known or nothing was used); the energy of GPUs nobody held."""
-    by_gpu: dict[str, list[tuple[HolderKey, Rate]]] = {}
-    for key, r in rates.items():
-        g = r[3].uuid
-        lst = by_gpu.get(g)
-        if lst is None:
-            by_gpu[g] = [(key, r)]
-        else:
-            lst.append((key, r))
-    held: dict[HolderKey, float] = {}
-    unheld: dict[str, tuple[Device, float]] = {}
-    for gpu_uuid, (dev, delta, estimate) in energy.items():
-        joules = delta if delta is not None else estimate
-        pairs = by_gpu.get(gpu_uuid)
-        if not pairs:
-            unheld[gpu_uuid] = (dev, joules)
-            continue
-        total = 0.0
-        known = True
-        for _, r in pairs:
-            used = r[1]
-            if used is None:
-                known = False
-                break
-            total += used
-        if known and total > 0:
-            for key, r in pairs:
-                held[key] = joules * (r[1] or 0.0) / total
-        else:
-            alloc = sum(r[0] for _, r in pairs)
-            for key, r in pairs:
-                held[key] = joules * r[0] / alloc
-    return held, unheld
+def _weights(rates: list[tuple[HolderKey, Rate]]) -> list[float]:
+    """Each holder's part of its GPU's energy this interval: its used share when every holder's
+    use is known and something was used, else its allocated share."""
+    total = 0.0
+    for _, r in rates:
+        used = r[1]
+        if used is None:
+            break
+        total += used
+    else:
+        if total > 0:
+            return [(r[1] or 0.0) / total for _, r in rates]
+    alloc = 0.0
+    for _, r in rates:
+        alloc += r[0]
+    return [r[0] / alloc for _, r in rates]

@@ -81,15 +81,17 @@ def device_utilisation(sample: Sample | None) -> float | None:
 
 ProcKey = tuple[str, str, str, str]
 """(Device.key, namespace, pod, container): how processes are matched to holders."""
-Group = tuple[tuple[str, int, tuple[tuple[HolderKey, ProcKey, int, ContainerRef], ...]], ...]
-"""Per held device: (device key, replicas allocated, ((holder, its process key, its replicas,
-container), ...))."""
+Holder = tuple[HolderKey, ProcKey, float, ContainerRef]
+"""(holder, its process key, its allocated share of the physical GPU, the container)."""
+Group = tuple[tuple[str, str, float, tuple[Holder, ...]], ...]
+"""Per held device: (device key, its GPU's UUID, its fraction of the GPU, its holders)."""
 
 _memo: list[tuple[object, tuple[str, ...], Group]] = []
 
 
 def group_allocations(snapshot: Snapshot) -> Group:
-    """The allocations grouped by device and holder, for devices with a sample this cycle.
+    """The allocations grouped by device and holder, for devices with a sample this cycle, with
+    each holder's allocated share.
 
     Pure, memoised on the identity of the allocation tuple: the attributor hands back the same
     tuple while the kubelet's answer is unchanged, so a steady node groups once."""
@@ -97,11 +99,11 @@ def group_allocations(snapshot: Snapshot) -> Group:
     present = tuple(s.device.key for s in snapshot.samples)
     if _memo and _memo[0][0] is allocs and _memo[0][1] == present:
         return _memo[0][2]
-    have = set(present)
+    devices = {s.device.key: s.device for s in snapshot.samples}
     by_dev: dict[str, dict[HolderKey, list[Any]]] = {}
     for a in allocs:
         dkey = a.device_key
-        if dkey not in have:
+        if dkey not in devices:
             continue
         c = a.container
         key = (dkey, c.namespace, c.pod, c.container, c.pod_uid, c.pod_labels)
@@ -111,18 +113,22 @@ def group_allocations(snapshot: Snapshot) -> Group:
             held[key] = [1, c]
         else:
             slot[0] += 1
-    out: Group = tuple(
-        (dkey, sum(n for n, _ in held.values()),
-         tuple((key, (key[0], key[1], key[2], key[3]), n, ref)
-               for key, (n, ref) in held.items()))
-        for dkey, held in by_dev.items())
+    groups: list[tuple[str, str, float, tuple[Holder, ...]]] = []
+    for dkey, held in by_dev.items():
+        device = devices[dkey]
+        frac = mig_fraction(device)
+        total = sum(n for n, _ in held.values())
+        groups.append((dkey, device.uuid, frac, tuple(
+            (key, (key[0], key[1], key[2], key[3]), frac * n / total, ref)
+            for key, (n, ref) in held.items())))
+    out: Group = tuple(groups)
     _memo[:] = [(allocs, present, out)]
     return out
 
 
-def cycle_rates(snapshot: Snapshot) -> dict[HolderKey, Rate]:
-    """Every holder's rate this cycle. Holders of devices without a sample this cycle (a lost
-    GPU) are left out: nothing is known about them."""
+def cycle_rates(snapshot: Snapshot) -> dict[str, list[tuple[HolderKey, Rate]]]:
+    """Every holder's rate this cycle, per physical GPU (UUID). Holders of devices without a
+    sample this cycle (a lost GPU) are left out: nothing is known about them."""
     groups = group_allocations(snapshot)
     if not groups:
         return {}
@@ -140,11 +146,10 @@ def cycle_rates(snapshot: Snapshot) -> dict[HolderKey, Rate]:
             proc_util[pk] = proc_util.get(pk, 0.0) + util / 100.0
         if mem is not None:
             proc_mem[pk] = proc_mem.get(pk, 0) + mem
-    rates: dict[HolderKey, Rate] = {}
-    for dkey, total, held in groups:
+    out: dict[str, list[tuple[HolderKey, Rate]]] = {}
+    for dkey, gpu_uuid, frac, held in groups:
         sample = samples[dkey]
         device = sample.device
-        frac = mig_fraction(device)
         per_proc = False
         if proc_util:
             for _, pk, _, _ in held:
@@ -153,8 +158,10 @@ def cycle_rates(snapshot: Snapshot) -> dict[HolderKey, Rate]:
                     break
         dev_util = None if per_proc else device_utilisation(sample)
         fb = _number(sample, FB_USED) if len(held) == 1 else None
-        for key, pk, n, ref in held:
-            share = frac * n / total
+        rates = out.get(gpu_uuid)
+        if rates is None:
+            rates = out[gpu_uuid] = []
+        for key, pk, share, ref in held:
             if per_proc:
                 used: float | None = proc_util.get(pk, 0.0) * frac
                 if used > frac:  # type: ignore[operator]
@@ -164,5 +171,5 @@ def cycle_rates(snapshot: Snapshot) -> dict[HolderKey, Rate]:
             mem_b: float | None = proc_mem.get(pk)
             if mem_b is None and fb is not None:
                 mem_b = fb * MIB
-            rates[key] = (share, used, mem_b, device, ref)
-    return rates
+            rates.append((key, (share, used, mem_b, device, ref)))
+    return out
