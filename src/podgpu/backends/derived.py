@@ -14,8 +14,8 @@ same way (the mapping table is in docs/compatibility.md):
 - SM, PMU, MCU, INFOROM, DRIVER: NVML has no signal for them; always PASS.
 
 Values and labels are dcgm-exporter's: 0 PASS, 10 WARN, 20 FAIL; `health_watch` (11 per GPU) and
-`health_error_code` (a `DCGM_FR_*` name, DCGM_FR_OK when passing). A lost GPU has no sample and
-so no health series; it shows in `podgpu_devices{state="lost"}` and /health.
+`health_error_code` (a `DCGM_FR_*` name, DCGM_FR_OK when passing). A lost GPU keeps its health
+series with `ALL` FAIL (backends/lost.py, issue 17).
 """
 
 from __future__ import annotations
