@@ -4,11 +4,12 @@ each part is known:
 
   production        -k (real gRPC kubelet stand-in), the pod watch (pod API stand-in over TLS,
                     in-cluster config with a service-account token), the EMF sink with the
-                    cloudwatch overlay's declarations sending PutLogEvents through boto3 to a
-                    CloudWatch Logs stand-in; the DaemonSet's args (tests/deploy/test_
-                    prod_memory_smoke.py keeps them equal to the rendered overlay's)
+                    cloudwatch overlay's declarations sending PutLogEvents (botocore-signed,
+                    sinks/cloudwatch/logsapi.py) to a CloudWatch Logs stand-in; the DaemonSet's
+                    args (tests/deploy/test_prod_memory_smoke.py keeps them equal to the rendered
+                    overlay's)
   kubelet+podwatch  the same without the EMF sink
-  kubelet           -k only (no NODE_NAME, so the pod watch and the kubernetes client stay off)
+  kubelet           -k only (no NODE_NAME, so the pod watch stays off)
   bare              neither
 
 All at a 1 s collect interval, each scraped every second with gzip like Prometheus. NVML when a
@@ -17,8 +18,12 @@ The stand-ins churn a non-GPU pod every 15 s so the pod watch and the join see c
 
     PYTHONPATH=src python3 bench/prod_memory.py --duration 600 --out bench/results/prod-memory.json
 
-Needs grpcio, protobuf, kubernetes, boto3, aiohttp, nvidia-ml-py, bcrypt, PyYAML (the image's
-requirements.lock) and the `openssl` command (the API stand-in's certificate).
+podgpu itself needs what the image has (requirements.lock: aiohttp, nvidia-ml-py, bcrypt, PyYAML,
+google-re2, grpclib, protobuf, botocore and their dependencies); the stand-ins need grpcio (the
+kubelet stand-in is a real grpcio server, in this process, not in podgpu's) and the `openssl`
+command (the API stand-in's certificate). Compile podgpu's bytecode first
+(`python3 -m compileall -q src`), as the image has it, or the first imports compile and count.
+The summary's `emf_put_log_events` says whether the EMF path was exercised at all.
 """
 
 from __future__ import annotations
