@@ -64,7 +64,12 @@ def make_backend(settings: ServeSettings, scenario: Scenario | None = None) -> B
         return backend  # the simulated node has no MIG: flex keeps everything
     from podgpu.backends.select import SelectedBackend
 
-    return SelectedBackend(backend, settings.collect.devices)
+    selected = SelectedBackend(backend, settings.collect.devices)
+    if settings.collect.wait_for_driver and settings.simulation is None:  # issue 22
+        from podgpu.backends.driverwait import DriverWait
+
+        return DriverWait(selected)
+    return selected
 
 
 def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend:

@@ -47,6 +47,9 @@ class CollectSettings:
     """-d: which GPUs / MIG GPU instances get series (model/selection.py)."""
     xid_window_ms: int = DEFAULT_WINDOW_MS
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
+    wait_for_driver: bool = False
+    """NVML not there yet: retry in the background (backends/driverwait.py) instead of exit 1;
+    --wait-for-driver auto resolves it to "in Kubernetes" (issue 22)."""
 
     @property
     def interval(self) -> float:

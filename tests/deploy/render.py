@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE_ROOT = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("base", "overlays/prometheus-operator", "overlays/cloudwatch",
             "overlays/dcgm-exporter-migration")
+COMPONENTS = ("web-config-tls", "default-runtime", "node-role-credentials")
 CHECKOV = ROOT / ".venv" / "checkov" / "bin" / "checkov"
 
 
@@ -41,6 +43,22 @@ def render_text(overlay: str) -> str:
 
 def render(overlay: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(render_text(overlay)) if d]
+
+
+@cache
+def render_with(overlay: str, *components: str) -> tuple[dict[str, Any], ...]:
+    """`overlay` with deploy/kubernetes/components/<name> added, as a user's own overlay adds
+    them (a kustomization beside it listing the overlay and the components by relative path)."""
+    with tempfile.TemporaryDirectory(dir=KUSTOMIZE_ROOT.parent, prefix=".render-") as tmp:
+        up = os.path.relpath(KUSTOMIZE_ROOT, tmp)
+        (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [f"{up}/{overlay}"],
+            "components": [f"{up}/components/{c}" for c in components]}))
+        out = subprocess.run([tool("kubectl"), "kustomize", tmp], capture_output=True,
+                             text=True, timeout=60)
+    assert out.returncode == 0, f"kubectl kustomize {overlay} + {components}: {out.stderr}"
+    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
 
 
 def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:

@@ -16,7 +16,17 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.render import CHECKOV, OVERLAYS, ROOT, container, one, render, render_text
+from tests.deploy.render import (
+    CHECKOV,
+    COMPONENTS,
+    OVERLAYS,
+    ROOT,
+    container,
+    one,
+    render,
+    render_text,
+    render_with,
+)
 
 K8S_VERSIONS = ("1.33.0", "1.37.0")  # oldest in EKS standard support; newest upstream minor
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -158,6 +168,47 @@ def test_security_properties(overlay: str) -> None:
     assert one(objs, "ClusterRoleBinding")["roleRef"]["name"] == role["metadata"]["name"]
 
 
+# Nodes as GPU Operator (GFD), NFD, EKS Auto Mode, Karpenter, the accelerator label and plain
+# eksctl node groups label them (eksctl sets no GPU label: only the well-known instance type).
+GPU_NODES = {
+    "gpu-operator": {"nvidia.com/gpu.present": "true", "kubernetes.io/arch": "amd64"},
+    "nfd": {"feature.node.kubernetes.io/pci-10de.present": "true"},
+    "eks-auto-mode": {"eks.amazonaws.com/instance-gpu-manufacturer": "nvidia"},
+    "karpenter": {"karpenter.k8s.aws/instance-gpu-manufacturer": "nvidia"},
+    "accelerator-label": {"k8s.amazonaws.com/accelerator": "nvidia-a10g"},
+    "eksctl-g5": {"node.kubernetes.io/instance-type": "g5.2xlarge",
+                  "eks.amazonaws.com/nodegroup": "g5", "alpha.eksctl.io/nodegroup-name": "g5"},
+    "eksctl-g5g-graviton": {"node.kubernetes.io/instance-type": "g5g.xlarge"},
+    "eksctl-p5": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+    "eksctl-g6e": {"node.kubernetes.io/instance-type": "g6e.12xlarge"},
+}
+OTHER_NODES = {
+    "cpu": {"node.kubernetes.io/instance-type": "m5.xlarge"},
+    "gfd-no-gpu": {"nvidia.com/gpu.present": "false"},
+    "amd-gpu": {"node.kubernetes.io/instance-type": "g4ad.xlarge"},
+}
+# The GPU Operator's default for its DaemonSets (deployments/gpu-operator/values.yaml,
+# daemonsets.tolerations), which its exporter gets.
+OPERATOR_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def matches(terms: list[dict[str, Any]], labels: dict[str, str]) -> bool:
+    """Kubernetes' nodeSelectorTerms semantics: any term, all of its expressions."""
+    def ok(e: dict[str, Any]) -> bool:
+        have = labels.get(e["key"])
+        op = e["operator"]
+        if op == "In":
+            return have in e["values"]
+        if op == "NotIn":
+            return have not in e["values"]
+        if op == "Exists":
+            return have is not None
+        if op == "DoesNotExist":
+            return have is None
+        raise AssertionError(op)
+    return any(all(ok(e) for e in t["matchExpressions"]) for t in terms)
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_scheduling_and_lifecycle(overlay: str) -> None:
     objs = render(overlay)
@@ -168,19 +219,27 @@ def test_scheduling_and_lifecycle(overlay: str) -> None:
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["runtimeClassName"] == "nvidia"  # the GPU Operator's, CDI or not
+    assert pod["tolerations"] == OPERATOR_TOLERATIONS
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
-    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
-    assert "nvidia.com/gpu.present" in keys  # GPU Operator nodes
+    for name, labels in GPU_NODES.items():
+        assert matches(terms, labels), f"{overlay}: not scheduled on a {name} node"
+    for name, labels in OTHER_NODES.items():
+        assert not matches(terms, labels), f"{overlay}: scheduled on a {name} node"
     assert pod["priorityClassName"] == "system-node-critical"
     assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
-    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
-    # Liveness must not restart the pod for a lost GPU: /health keeps 200 then (the strict
-    # /health/gpus would not), and it tolerates a minute of failures.
+    # Liveness and start-up on /health (200 while the driver is awaited or a GPU is lost),
+    # readiness on /health/ready (503 while the driver is awaited); plain HTTP in the overlays,
+    # HTTPS with the web-config-tls component (test_components_render...).
+    assert c["startupProbe"]["httpGet"]["path"] == "/health"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health/ready"
     live = c["livenessProbe"]
     assert live["httpGet"]["path"] == "/health"
     assert live["periodSeconds"] * live["failureThreshold"] >= 60
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"]["scheme"] == "HTTP"
+        assert c[probe]["httpGet"]["port"] == "metrics"
     res = c["resources"]
     assert res["requests"]["memory"] and res["limits"]["memory"] and res["limits"]["cpu"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -190,18 +249,69 @@ def test_scheduling_and_lifecycle(overlay: str) -> None:
     assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
 
 
-def test_dcgm_exporter_migration_keeps_the_operators_service() -> None:
-    """GPU Operator's exporter Service (assets/state-dcgm-exporter/0600_service.yaml): name
-    nvidia-dcgm-exporter, label app=nvidia-dcgm-exporter, port 9400 named gpu-metrics."""
+@pytest.mark.parametrize("component", COMPONENTS)
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_components_render_on_every_overlay_and_validate(overlay: str, component: str) -> None:
+    objs = list(render_with(overlay, component))
+    for obj in objs:
+        if obj["apiVersion"] != "monitoring.coreos.com/v1":
+            kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
+    pod = one(objs, "DaemonSet")["spec"]["template"]["spec"]
+    c = container(objs)
+    if component == "web-config-tls":
+        assert {c[p]["httpGet"]["scheme"] for p in ("startupProbe", "livenessProbe",
+                                                      "readinessProbe")} == {"HTTPS"}
+        args = c["args"]
+        assert args[args.index("--web-config-file") + 1] == "/etc/podgpu/web/web-config.yml"
+        (vol,) = [v for v in pod["volumes"] if v["name"] == "web-config"]
+        assert vol["secret"]["secretName"] == "podgpu-web-config"
+        assert {"name": "web-config", "mountPath": "/etc/podgpu/web", "readOnly": True} in c[
+            "volumeMounts"]
+    elif component == "default-runtime":
+        assert "runtimeClassName" not in pod
+    else:
+        (imds,) = [o for o in objs if o["kind"] == "NetworkPolicy"
+                   and o["metadata"]["name"] == "podgpu-imds"]
+        (rule,) = imds["spec"]["egress"]
+        assert {b["ipBlock"]["cidr"] for b in rule["to"]} == {"169.254.169.254/32",
+                                                             "fd00:ec2::254/128"}
+        ns = one(objs, "DaemonSet")["metadata"]["namespace"]
+        assert imds["metadata"]["namespace"] in (ns, "podgpu")
+
+
+# What the GPU Operator names its exporter's objects (assets/state-dcgm-exporter/); it deletes
+# them by these names in its namespace on every reconcile while its exporter is disabled.
+OPERATOR_EXPORTER_NAMES = {"nvidia-dcgm-exporter"}
+
+
+def test_dcgm_exporter_migration_looks_like_the_operators_exporter() -> None:
+    """The operator's exporter Service (0400_service.yaml): label app=nvidia-dcgm-exporter,
+    port 9400 named gpu-metrics, prometheus.io/scrape; its ServiceMonitor (0500): port
+    gpu-metrics, jobLabel app; but no object under a name the operator deletes."""
     objs = render("overlays/dcgm-exporter-migration")
+    for o in objs:
+        assert o["metadata"]["name"] not in OPERATOR_EXPORTER_NAMES, o["kind"]
+        assert o["metadata"].get("namespace", "gpu-operator") == "gpu-operator", o["kind"]
     svc = one(objs, "Service")
-    assert svc["metadata"]["name"] == "nvidia-dcgm-exporter"
-    assert svc["metadata"]["namespace"] == "gpu-operator"
     assert svc["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"
+    assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
     assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("gpu-metrics", 9400)]
     assert not [o for o in objs if o["kind"] == "Namespace"]  # the operator owns gpu-operator
+    pod_labels = one(objs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["app"] == "nvidia-dcgm-exporter"
     c = container(objs)
+    assert c["name"] == "nvidia-dcgm-exporter"
     assert "/etc/dcgm-exporter/dcp-metrics-included.csv" in c["args"]
+    sm = one(objs, "ServiceMonitor")
+    errors = [f"{list(e.path)}: {e.message}" for e in servicemonitor_validator().iter_errors(sm)]
+    assert errors == []
+    assert sm["spec"]["jobLabel"] == "app"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == ["gpu-operator"]
+    (ep,) = sm["spec"]["endpoints"]
+    # the chart's defaults for the operator's ServiceMonitor
+    assert (ep["port"], ep["path"], ep["interval"], ep["scrapeTimeout"], ep["honorLabels"]) == (
+        "gpu-metrics", "/metrics", "15s", "10s", False)
 
 
 def test_cloudwatch_overlay() -> None:
@@ -222,6 +332,38 @@ def test_cloudwatch_overlay() -> None:
     assert {"CLUSTER_NAME", "AWS_REGION"} <= env
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "cwagent-config.json" in o["data"]]
     assert json.loads(cm["data"]["cwagent-config.json"]) == json.loads(lead.read_text())
+
+
+def egress_to(policies: list[dict[str, Any]], cidr: str, port: int) -> bool:
+    """Some policy lets the pods open `port` to `cidr` (rules without `to` allow any address)."""
+    for pol in policies:
+        for rule in pol["spec"].get("egress", ()):
+            blocks = [t["ipBlock"]["cidr"] for t in rule.get("to", ())]
+            ports = [p["port"] for p in rule.get("ports", ())]
+            if (not blocks or cidr in blocks) and (not ports or port in ports):
+                return True
+    return False
+
+
+def test_cloudwatch_network_policy() -> None:
+    """Pod Identity's agent over IPv4 and IPv6, STS and Logs (443), DNS; no IMDS unless the
+    node-role-credentials component is added; scraping (ingress to the metrics port) stays."""
+    objs = render("overlays/cloudwatch")
+    pols = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    ds_labels = one(objs, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    for pol in pols:
+        assert pol["spec"]["podSelector"]["matchLabels"].items() <= ds_labels.items()
+    for cidr in ("169.254.170.23/32", "fd00:ec2::23/128"):
+        assert egress_to(pols, cidr, 80), cidr
+    assert egress_to(pols, "0.0.0.0/0", 443) and egress_to(pols, "0.0.0.0/0", 53)
+    for cidr in ("169.254.169.254/32", "fd00:ec2::254/128"):
+        assert not egress_to(pols, cidr, 80), cidr
+        with_imds = [o for o in render_with("overlays/cloudwatch", "node-role-credentials")
+                     if o["kind"] == "NetworkPolicy"]
+        assert egress_to(with_imds, cidr, 80), cidr
+    (base_pol,) = [p for p in pols if "Ingress" in p["spec"]["policyTypes"]]
+    assert base_pol["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]
+    assert not egress_to(pols, "0.0.0.0/0", 25888)  # a TCP/UDP EMF destination needs a patch
 
 
 def test_iam_policy_is_least_privilege() -> None:

@@ -1,11 +1,14 @@
-"""Issue 8 item 4: the rendered DaemonSet's own args and env start a working podgpu.
+"""Issue 8 item 4, issue 22 item 3: the rendered DaemonSet's own args and env start a working
+podgpu, its probes pass with and without TLS, and it waits for a driver that is not there yet.
 
 For every overlay: a real gRPC kubelet on a unix socket in the directory that stands in for the
 pod-resources hostPath, the /proc fixture tree as the host's /proc, the pod API stand-in over
 TLS with a service-account token, and (cloudwatch overlay) a CloudWatch Logs stand-in. The only
-flags added are `--simulate 4 --simulate-scenario none` (no GPU here; allocations still come
-from the kubelet socket) and the loopback listen address; EMF tests also set the endpoint and a
-1 s EMF interval through the environment.
+flags added are the loopback listen address and, where no GPU is needed, `--simulate 4
+--simulate-scenario none` (allocations still come from the kubelet socket); EMF tests also set
+the endpoint and a 1 s EMF interval through the environment. The driver-wait test runs the real
+NVML backend over the fake NVML of tests/fakes/fake_pynvml.py (tests/deploy/nvml_appears/),
+which answers only 20 s after start: the injected fault.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +31,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from podgpu.sim.backend import MODELS, SimulatedBackend
 from tests.conftest import FIXTURES, free_port
-from tests.deploy.contract import NODE_NAME, map_path, prepare
-from tests.deploy.render import OVERLAYS, ROOT, container, render
-from tests.deploy.standins import DUMMY_AWS, SHIM, KubeApi, LogsStandIn, environ_without_aws
+from tests.deploy.contract import NODE_NAME, Launch, map_path, prepare
+from tests.deploy.render import OVERLAYS, ROOT, container, render, render_with
+from tests.deploy.standins import (
+    DUMMY_AWS,
+    SHIM,
+    KubeApi,
+    LogsStandIn,
+    environ_without_aws,
+    self_signed,
+)
 from tests.integration.kube_api_fake import pod
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path
 
@@ -36,6 +48,13 @@ pytestmark = pytest.mark.integration
 
 UUIDS = [d.uuid for d in SimulatedBackend(4, MODELS["H100"]).devices()]
 TRAIN_UID = "5d7c2f4e-1a2b-4c3d-8e9f-0a1b2c3d4e5f"
+NVML_APPEARS = ROOT / "tests" / "deploy" / "nvml_appears"
+DRIVER_DELAY = 20.0  # seconds until the fake NVML answers (the issue's "after 20 s")
+PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
+# The kubelet does not verify the certificate of an HTTPS probe (InsecureSkipVerify).
+KUBELET_TLS = ssl.create_default_context()
+KUBELET_TLS.check_hostname = False
+KUBELET_TLS.verify_mode = ssl.CERT_NONE
 
 
 @pytest.fixture
@@ -49,10 +68,17 @@ def kube_api() -> Iterator[KubeApi]:
 
 def get(url: str) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(url, timeout=5, context=KUBELET_TLS) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def probe(c: dict[str, Any], name: str, port: int) -> tuple[int, dict[str, Any]]:
+    """What the kubelet's httpGet probe gets: its scheme, path and our port."""
+    http = c[name]["httpGet"]
+    status, body = get(f"{http['scheme'].lower()}://127.0.0.1:{port}{http['path']}")
+    return status, json.loads(body)
 
 
 def series(body: bytes, name: str) -> list[dict[str, str]]:
@@ -75,34 +101,75 @@ def wait_until(cond: Any, proc: subprocess.Popen[str], timeout: float, what: str
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_daemonset_args_start_a_working_podgpu(overlay: str, tmp_path: Path,
-                                               kube_api: KubeApi) -> None:
-    objs = render(overlay)
+def web_config(launch: Launch, work: Path) -> None:
+    """The Secret the web-config-tls component mounts: a web config serving TLS."""
+    secret = launch.mounts["/etc/podgpu/web"]
+    cert, key = self_signed(work)
+    shutil.copy(cert, secret / "tls.crt")
+    shutil.copy(key, secret / "tls.key")
+    (secret / "web-config.yml").write_text(
+        f"tls_server_config:\n  cert_file: {secret / 'tls.crt'}\n  key_file: {secret / 'tls.key'}\n")
+
+
+@dataclass
+class Started:
+    proc: subprocess.Popen[str]
+    port: int
+    c: dict[str, Any]
+    launch: Launch
+
+    @property
+    def base(self) -> str:
+        scheme = self.c["readinessProbe"]["httpGet"]["scheme"].lower()
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            return self.proc.communicate(timeout=15)[1]
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.communicate()[1]
+
+
+def start(objs: list[dict[str, Any]], work: Path, sock: str, kube_api: KubeApi,
+          logs: LogsStandIn, extra: list[str], env_extra: dict[str, str] | None = None
+          ) -> Started:
     c = container(objs)
+    launch = prepare(objs, work, pod_resources_dir=Path(sock).parent,
+                     proc_fixture=FIXTURES / "proc")
+    if "/etc/podgpu/web" in launch.mounts:
+        web_config(launch, work)
+    port = free_port()
+    env = {**environ_without_aws(), **launch.env, **kube_api.env(), "PYTHONPATH": str(ROOT),
+           **(env_extra or {})}
+    if "--cloudwatch-config" in launch.args:
+        env.update(DUMMY_AWS, PODGPU_EMF_ENDPOINT_URL=logs.url, PODGPU_EMF_INTERVAL="1")
+    cmd = [sys.executable, str(SHIM), str(kube_api.sa_dir), *launch.args, *extra,
+           "--address", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    return Started(proc, port, c, launch)
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "web-config-tls"])
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_daemonset_args_start_a_working_podgpu(overlay: str, tls: bool, tmp_path: Path,
+                                               kube_api: KubeApi) -> None:
+    objs = list(render_with(overlay, "web-config-tls")) if tls else render(overlay)
     logs = LogsStandIn().start()
     with socket_path() as sock:
         kubelet = FakeKubelet(sock).start()
         kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", UUIDS[0])])
-        launch = prepare(objs, tmp_path, pod_resources_dir=Path(sock).parent,
-                         proc_fixture=FIXTURES / "proc")
-        port = free_port()
-        env = {**environ_without_aws(), **launch.env, **kube_api.env(), "PYTHONPATH": str(ROOT)}
-        if "--cloudwatch-config" in launch.args:
-            env.update(DUMMY_AWS, PODGPU_EMF_ENDPOINT_URL=logs.url, PODGPU_EMF_INTERVAL="1")
-        cmd = [sys.executable, str(SHIM), str(kube_api.sa_dir), *launch.args,
-               "--simulate", "4", "--simulate-scenario", "none", "--address", f"127.0.0.1:{port}"]
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        run = start(objs, tmp_path, sock, kube_api, logs,
+                    ["--simulate", "4", "--simulate-scenario", "none"])
         try:
-            base = f"http://127.0.0.1:{port}"
-
             def allocated() -> bytes | None:
-                status, body = get(base + "/metrics")
+                status, body = get(run.base + "/metrics")
                 return body if status == 200 and any(
                     s.get("pod") == "train" for s in series(body, "podgpu_gpu_allocation")) else None
 
-            body = wait_until(allocated, proc, 30, "podgpu_gpu_allocation{pod=train}")
+            body = wait_until(allocated, run.proc, 30, "podgpu_gpu_allocation{pod=train}")
             (alloc,) = series(body, "podgpu_gpu_allocation")
             assert (alloc["namespace"], alloc["pod"], alloc["container"], alloc["UUID"]) == (
                 "ml", "train", "main", UUIDS[0])
@@ -111,19 +178,18 @@ def test_daemonset_args_start_a_working_podgpu(overlay: str, tmp_path: Path,
             assert {s["Hostname"] for s in util.values()} == {NODE_NAME}  # NODE_NAME reached podgpu
             # The pod watch reached the API with this node's field selector and the mounted token.
             wait_until(lambda: any(r.get("fieldSelector") == [f"spec.nodeName={NODE_NAME}"]
-                                   for r in kube_api.fake.list_requests()), proc, 10, "pod list")
-            # Every probe path answers 200 on a healthy node.
-            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-                status, _ = get(base + c[probe]["httpGet"]["path"])
-                assert status == 200, probe
-            if "--cloudwatch-config" in launch.args:
-                check_emf(launch.env, logs, proc)
+                                   for r in kube_api.fake.list_requests()), run.proc, 10, "pod list")
+            # Every probe passes on a healthy node, as the kubelet sends it (scheme, path, port).
+            for name in PROBES:
+                status, answer = probe(run.c, name, run.port)
+                assert status == 200, (name, answer)
+            if tls:  # control: the same probes over plain HTTP would fail
+                with pytest.raises(OSError):
+                    urllib.request.urlopen(f"http://127.0.0.1:{run.port}/health", timeout=5)
+            if "--cloudwatch-config" in run.launch.args:
+                check_emf(run.launch.env, logs, run.proc)
         finally:
-            proc.terminate()
-            try:
-                proc.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            run.stop()
             kubelet.stop()
             logs.stop()
 
@@ -142,6 +208,72 @@ def check_emf(env: dict[str, str], logs: LogsStandIn, proc: subprocess.Popen[str
     dims = doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
     assert {"Service", "Namespace", "ClusterName", "job", "pod"} in [set(d) for d in dims]
     assert "DCGM_FI_DEV_GPU_UTIL" in json.dumps(doc["_aws"])
+
+
+def test_every_overlay_waits_for_a_driver_that_appears_after_20_s(tmp_path: Path,
+                                                                   kube_api: KubeApi) -> None:
+    """Each overlay's DaemonSet args on the real NVML backend, whose library "appears" 20 s
+    after start (all overlays at once, so the test waits once): podgpu never exits; liveness
+    and start-up probes pass throughout; readiness is 503 with the reason, then 200 with the
+    GPUs and the workload's pod label; the log says so once, not once a cycle."""
+    logs = LogsStandIn().start()
+    runs: dict[str, Started] = {}
+    seen: dict[str, list[tuple[float, int, int]]] = {o: [] for o in OVERLAYS}
+    appears = time.time() + DRIVER_DELAY
+    env = {"PYTHONPATH": f"{NVML_APPEARS}{os.pathsep}{ROOT}",
+           "PODGPU_TEST_NVML_AT": repr(appears), "PODGPU_TEST_NVML_UUIDS": ",".join(UUIDS)}
+    with socket_path() as sock:
+        kubelet = FakeKubelet(sock).start()
+        kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", UUIDS[0])])
+        try:
+            for overlay in OVERLAYS:
+                work = tmp_path / overlay.replace("/", "_")
+                work.mkdir()
+                runs[overlay] = start(render(overlay), work, sock, kube_api, logs, [], env)
+            ready: set[str] = set()
+            deadline = appears + 40.0  # backoff reaches 10 s: ready well within this
+            while len(ready) < len(runs) and time.time() < deadline:
+                for overlay, run in runs.items():
+                    assert run.proc.poll() is None, f"{overlay}: exited {run.proc.returncode}: " \
+                        f"{run.proc.stderr.read()[-3000:]}"  # type: ignore[union-attr]
+                    try:
+                        live, live_body = probe(run.c, "livenessProbe", run.port)
+                        start_ok, _ = probe(run.c, "startupProbe", run.port)
+                        rd, rd_body = probe(run.c, "readinessProbe", run.port)
+                    except OSError:
+                        continue  # not listening yet
+                    seen[overlay].append((time.time(), live, rd))
+                    assert live == 200 and start_ok == 200, (overlay, live_body)
+                    if rd == 503:
+                        assert time.time() < appears + 15.0, (overlay, "still not ready")
+                        assert rd_body["status"] == "waiting", rd_body
+                        assert any("waiting for the NVIDIA driver" in r and "libnvidia-ml.so.1" in r
+                                   for r in rd_body["reasons"]), rd_body
+                    else:
+                        assert rd == 200, (overlay, rd_body)
+                        assert time.time() >= appears, (overlay, "ready before the driver")
+                        ready.add(overlay)
+                time.sleep(0.5)
+            assert ready == set(runs), f"never ready: {set(runs) - ready}"
+            for overlay, run in runs.items():
+                early = [s for s in seen[overlay] if s[0] < appears]
+                assert early and all(rd == 503 for _, _, rd in early), (overlay, early[:3])
+                status, body = get(run.base + "/metrics")
+                util = {s["UUID"]: s for s in series(body, "DCGM_FI_DEV_GPU_UTIL")}
+                assert set(util) == set(UUIDS), overlay
+                wait_until(lambda run=run: any(
+                    s.get("pod") == "train" and s["UUID"] == UUIDS[0]
+                    for s in series(get(run.base + "/metrics")[1], "DCGM_FI_DEV_GPU_UTIL")),
+                    run.proc, 15, f"{overlay}: pod label on the GPU")
+        finally:
+            stderr = {o: r.stop() for o, r in runs.items()}
+            kubelet.stop()
+            logs.stop()
+    for overlay, text in stderr.items():
+        lines = [ln for ln in text.splitlines() if "NVIDIA driver" in ln]
+        waiting = [ln for ln in lines if "waiting for the NVIDIA driver" in ln]
+        assert len(waiting) == 1, (overlay, lines)  # not one per cycle or per attempt
+        assert any("the NVIDIA driver is ready" in ln for ln in lines), (overlay, lines)
 
 
 def test_contract_mapping_covers_every_mount_and_image_path(tmp_path: Path) -> None:

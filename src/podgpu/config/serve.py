@@ -151,6 +151,11 @@ SERVE_OPTIONS: tuple[Option, ...] = (
     Option(("--accounting-max-gap",), "accounting.max_gap_seconds", "PODGPU_ACCOUNTING_MAX_GAP",
            300.0, "longest gap between two collections that accounting integrates (seconds)",
            v.seconds_between(1.0, 3600.0), metavar="SECONDS"),
+    Option(("--wait-for-driver",), "collect.wait_for_driver", "PODGPU_WAIT_FOR_DRIVER", "auto",
+           "NVML not there yet (driver or its library not installed yet): 'always' waits, "
+           "retrying in the background while serving (not ready, one log line a minute); "
+           "'never' exits 1; 'auto' waits in Kubernetes (KUBERNETES_SERVICE_HOST set) only",
+           v.choice("auto", "always", "never"), metavar="WHEN"),
     *EMF_OPTIONS,
     *SERVE_EMF_OPTIONS,
 )
@@ -193,7 +198,11 @@ def settings_from(ns: argparse.Namespace, env: Mapping[str, str] | None = None
 
 
 def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSettings:
-    collect = CollectSettings(**section(r, "collect"))  # type: ignore[arg-type]
+    c = section(r, "collect")
+    when = c.pop("wait_for_driver")  # issue 22: every pod has KUBERNETES_SERVICE_HOST
+    c["wait_for_driver"] = when == "always" or (when == "auto"
+                                                and bool(env.get("KUBERNETES_SERVICE_HOST")))
+    collect = CollectSettings(**c)  # type: ignore[arg-type]
     k = section(r, "kubernetes")
     if k["enabled"]:  # issue 13: an empty root made every GPU process look exited
         problem = _proc_root_problem(str(k["proc_root"]))

@@ -2,8 +2,9 @@
 web config's response headers, as one aiohttp middleware that covers every route.
 
 The middleware wraps the whole application, so a route added later (an API, a live page) is
-protected without touching this file; only `/health` is exempt from basic auth and the rate limit,
-because Kubernetes probes cannot carry a password without writing it into the pod spec (it still
+protected without touching this file; only `/health` (and the readiness probe's `/health/ready`) is
+exempt from basic auth and the rate limit, because Kubernetes probes cannot carry a password without
+writing it into the pod spec (it still
 needs TLS and, when required, a client certificate: docs/web-config.md).
 
 Order per request (issue 19 item 3): client-certificate SANs (403), then basic auth (401; 429 when
@@ -37,7 +38,7 @@ __all__ = ["EXEMPT_PATHS", "MAX_PENDING_CHECKS", "AccessControl", "BasicAuthChec
 
 log = logging.getLogger(__name__)
 
-EXEMPT_PATHS = frozenset({"/health"})
+EXEMPT_PATHS = frozenset({"/health", "/health/ready"})  # ready: issue 22 (http/ready.py)
 _UNAUTHORIZED = {"WWW-Authenticate": 'Basic realm="podgpu", charset="UTF-8"'}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

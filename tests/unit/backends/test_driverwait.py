@@ -115,3 +115,30 @@ def test_readiness_is_503_while_waiting_and_health_otherwise() -> None:
     assert ready["reasons"] == ["waiting for the NVIDIA driver for 3 s (2 attempts): x"]
     assert readiness(200, body, None) == (200, body)
     assert readiness(503, {"status": "unhealthy", "reasons": ["stale"]}, None)[0] == 503
+
+
+@pytest.mark.parametrize(("flag", "env", "waits"), [
+    ([], {"KUBERNETES_SERVICE_HOST": "10.100.0.1"}, True),  # in a pod: wait
+    ([], {}, False),  # a terminal: exit 1 as before
+    (["--wait-for-driver", "never"], {"KUBERNETES_SERVICE_HOST": "10.100.0.1"}, False),
+    (["--wait-for-driver", "always"], {}, True),
+    ([], {"PODGPU_WAIT_FOR_DRIVER": "always"}, True),
+])
+def test_wait_for_driver_resolves_auto_to_in_kubernetes(flag: list[str], env: dict[str, str],
+                                                         waits: bool) -> None:
+    from podgpu.config.serve import parse_serve_args
+    from podgpu.parts import make_backend
+
+    settings = parse_serve_args(flag, env)
+    assert settings.collect.wait_for_driver is waits
+    backend = make_backend(settings)
+    assert isinstance(backend, DriverWait) is waits
+    assert backend.name == "nvml"
+
+
+def test_wait_for_driver_rejects_other_values() -> None:
+    from podgpu.config.serve import parse_serve_args
+    from podgpu.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="wait-for-driver"):
+        parse_serve_args(["--wait-for-driver", "sometimes"], {})

@@ -1,0 +1,79 @@
+"""Issue 22 item 2: the release workflow, checked by actionlint (the real tool: type-checks
+expressions, action inputs, `run:` scripts) and for what a release must do: on a version tag,
+build linux/amd64 and linux/arm64, push to GHCR with an SBOM and provenance, under the name the
+manifests use."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import tomllib
+import yaml
+
+from tests.deploy.render import KUSTOMIZE_ROOT, ROOT, tool
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+RELEASE = WORKFLOWS / "release.yml"
+
+
+def actionlint(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tool("actionlint"), "-no-color", *map(str, paths)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_actionlint_passes_every_workflow() -> None:
+    files = sorted(WORKFLOWS.glob("*.y*ml"))
+    assert RELEASE in files
+    out = actionlint(*files)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_actionlint_is_not_a_no_op(tmp_path: Path) -> None:
+    """Control: a typo in an expression and an unknown runner label fail."""
+    bad = tmp_path / ".github" / "workflows" / "bad.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(RELEASE.read_text().replace("steps.meta.outputs.tags", "steps.meta.output.tags")
+                   .replace("runs-on: ubuntu-24.04", "runs-on: ubuntu-2404"))
+    out = actionlint(bad)
+    assert out.returncode != 0
+    assert "output" in out.stdout and "ubuntu-2404" in out.stdout, out.stdout
+
+
+def build_step(wf: dict[str, Any]) -> dict[str, Any]:
+    (job,) = wf["jobs"].values()
+    (step,) = [s for s in job["steps"] if s.get("uses", "").startswith("docker/build-push-action@")]
+    return step
+
+
+def test_release_on_a_tag_builds_both_architectures_with_sbom_and_provenance() -> None:
+    wf = yaml.safe_load(RELEASE.read_text())
+    on = wf[True]  # YAML 1.1 reads the key `on` as a boolean
+    assert set(on) == {"push"} and on["push"]["tags"] and "branches" not in on["push"]
+    (job,) = wf["jobs"].values()
+    assert job["permissions"] == {"contents": "read", "packages": "write"}
+    w = build_step(wf)["with"]
+    assert set(w["platforms"].split(",")) == {"linux/amd64", "linux/arm64"}
+    assert w["push"] is True and w["sbom"] is True and w["provenance"].startswith("mode=")
+    for step in job["steps"]:  # every action pinned by a full commit
+        if "uses" in step:
+            ref = step["uses"].split("@", 1)[1]
+            assert len(ref) == 40 and all(c in "0123456789abcdef" for c in ref), step["uses"]
+    text = RELEASE.read_text()
+    assert "ghcr.io/${OWNER,,}/podgpu" in text
+
+
+def test_manifests_name_the_image_this_workflow_publishes_for_this_version() -> None:
+    """The base points at the release of pyproject's version from the project's repository
+    (github.com/podgpu/podgpu -> ghcr.io/podgpu/podgpu), never at a tag nothing builds."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    kust = yaml.safe_load((KUSTOMIZE_ROOT / "base" / "kustomization.yaml").read_text())
+    (image,) = kust["images"]
+    assert image["name"] == "podgpu"
+    assert image["newName"] == "ghcr.io/podgpu/podgpu"  # owner podgpu, lower-cased as above
+    assert image["newTag"] == version
+    tag_pattern = yaml.safe_load(RELEASE.read_text())[True]["push"]["tags"][0]
+    assert tag_pattern.startswith("v")  # the workflow checks v<version> against pyproject.toml
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert f"ghcr.io/podgpu/podgpu:{version}" in docs and "scripts/image" in docs
