@@ -261,6 +261,8 @@ def main() -> int:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     for v in variants:
         print(v, json.dumps(result["variants"][v]["summary"]))
+    print(f"emf: {result['emf_put_log_events']} PutLogEvents, {result['emf_documents']} documents; "
+          f"{churn} pod replacements")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
