@@ -11,7 +11,12 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from podgpu.bridge.scrape import parse_url
+from podgpu.bridge.scrape import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_SAMPLES,
+    parse_sample_limit,
+    parse_url,
+)
 from podgpu.config import values as v
 from podgpu.config.emf import EMF_OPTIONS, LOG_OPTIONS, emf_settings, log_settings, section
 from podgpu.config.serve import HTTP_LIMIT_OPTIONS
@@ -33,6 +38,13 @@ OWN: tuple[Option, ...] = (
     Option(("--scrape-timeout",), "scrape_timeout", "PODGPU_EMF_SCRAPE_TIMEOUT", None,
            "seconds a target has to answer", v.seconds_between(0.1, 3600.0),
            metavar="SECONDS", shown="the scrape interval, at most 10"),
+    Option(("--scrape-body-limit",), "scrape_body_limit", "PODGPU_EMF_SCRAPE_BODY_LIMIT",
+           DEFAULT_MAX_BODY_BYTES, "largest answer of a target after gzip decompression (e.g. "
+           "16M), like Prometheus' body_size_limit; a larger one fails that scrape", v.size,
+           metavar="SIZE", shown="4M"),
+    Option(("--scrape-sample-limit",), "scrape_sample_limit", "PODGPU_EMF_SCRAPE_SAMPLE_LIMIT",
+           DEFAULT_MAX_SAMPLES, "most samples in one scrape of a target, like Prometheus' "
+           "sample_limit; more fail that scrape", parse_sample_limit, metavar="N"),
     Option(("--job",), "job", "PODGPU_EMF_JOB_NAME", DEFAULT_JOB,
            "the job label of every scraped series, as a Prometheus scrape job name",
            metavar="NAME"),
@@ -71,6 +83,9 @@ class BridgeSettings:
     http: HttpSettings
     """port None: no HTTP endpoint (--address off)."""
     log: LogSettings
+    scrape_body_limit: int = DEFAULT_MAX_BODY_BYTES
+    """Bytes after decompression."""
+    scrape_sample_limit: int = DEFAULT_MAX_SAMPLES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,7 +127,8 @@ def settings_from(ns: argparse.Namespace, env: Mapping[str, str] | None = None
         targets=targets, scrape_interval=interval, scrape_timeout=timeout, job=val["job"],
         target_labels=val["target_labels"], honor_labels=val["honor_labels"], node_name=node,
         emf=emf, http=HttpSettings(host=host, port=port, **section(r, "http")),  # type: ignore[arg-type]
-        log=log_settings(r))
+        log=log_settings(r), scrape_body_limit=val["scrape_body_limit"],
+        scrape_sample_limit=val["scrape_sample_limit"])
 
 
 def parser() -> argparse.ArgumentParser:

@@ -48,7 +48,9 @@ class Bridge:
                                   honor_labels=settings.honor_labels, cluster_name=cluster,
                                   node_name=settings.node_name,
                                   identity=settings.emf.identity)
-            self.targets.append((Target(url, instance, settings.scrape_timeout), labels))
+            self.targets.append((Target(url, instance, settings.scrape_timeout,
+                                        max_bytes=settings.scrape_body_limit,
+                                        max_samples=settings.scrape_sample_limit), labels))
         self._pool = cf.ThreadPoolExecutor(max_workers=2 * len(self.targets),
                                            thread_name_prefix="podgpu-scrape")
         self._stop = threading.Event()

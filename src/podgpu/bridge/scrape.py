@@ -65,6 +65,14 @@ def parse_url(text: str) -> tuple[str, str]:
     return url, parts.netloc.rpartition("@")[2]
 
 
+def parse_sample_limit(text: str) -> int:
+    """--scrape-sample-limit: a count in 1..10,000,000."""
+    t = text.strip().replace("_", "")
+    if not t.isdigit() or not 1 <= int(t) <= 10_000_000:
+        raise ValueError(f"expected a number of samples between 1 and 10000000, got {text!r}")
+    return int(t)
+
+
 def redact(url: str) -> str:
     """The URL with any password replaced by `<secret>` (the user name stays, to tell targets
     apart), for /metrics, /health and the log."""

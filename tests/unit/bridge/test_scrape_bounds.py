@@ -128,3 +128,18 @@ def test_refused_and_bad_status_are_one_line(peers: HostilePeers) -> None:
     assert failure(target(peers.url("/nothing"))) == "HTTP 404 Not Found"
     why = failure(target("http://127.0.0.1:1/metrics"))
     assert "refused" in why.lower()
+
+
+def test_the_limits_are_flags() -> None:
+    from pathlib import Path
+
+    from podgpu.bridge.options import parse_args
+
+    seed = Path(__file__).resolve().parents[2] / "fixtures" / "seed" / "cwagent-config.json"
+    base = ["--scrape", "http://127.0.0.1:9400/metrics", "--cloudwatch-config", str(seed)]
+    s = parse_args([*base, "--scrape-body-limit", "64K", "--scrape-sample-limit", "5"], env={})
+    assert (s.scrape_body_limit, s.scrape_sample_limit) == (64 * 1024, 5)
+    d = parse_args(base, env={"PODGPU_EMF_SCRAPE_SAMPLE_LIMIT": "20_000"})
+    assert (d.scrape_body_limit, d.scrape_sample_limit) == (4 * MIB, 20_000)
+    with pytest.raises(Exception, match="--scrape-sample-limit: expected a number of samples"):
+        parse_args([*base, "--scrape-sample-limit", "-1"], env={})
