@@ -9,7 +9,8 @@ import threading
 import time
 
 _MAX_ONCE_KEYS = 4096
-QUIET_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3", "kubernetes", "grpc", "asyncio")
+QUIET_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3", "kubernetes", "grpc", "asyncio",
+                   "grpclib", "h2", "hpack")  # issue 20: the kubelet client's HTTP/2 stack
 """Kept at INFO under --debug: botocore's DEBUG prints request headers (an STS session token),
 the Kubernetes client's prints response bodies (pod specs with env values) (SECURITY.md)."""
 
