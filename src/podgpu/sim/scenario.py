@@ -32,8 +32,6 @@ MAX_PODS pods, MAX_PROCESSES simulated processes in all, strings up to MAX_TEXT 
 from __future__ import annotations
 
 import hashlib
-import importlib
-import json
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -46,10 +44,10 @@ from podgpu.attribution.enrich import EnrichOptions, shape_ref
 from podgpu.errors import ConfigError
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess
 from podgpu.sim.lost import LostGpu, check_lost_gpu_count, parse_lost_gpus
+from podgpu.sim.scenariofile import MAX_FILE_BYTES, decode_scenario
 
 _UID_NS = uuid.UUID("0d4b8f0e-6c1a-4b8e-9f57-3a1c2e5d7b90")
 _FIRST_PID = 104_000
-MAX_FILE_BYTES = 1 << 20
 MAX_PODS = 4096
 MAX_CONTAINERS = 64
 """Per pod."""
@@ -256,52 +254,6 @@ def load_scenario(path: str) -> Scenario:
                           source=path)
 
 
-def decode_scenario(text: str, path: str, *, yaml: bool) -> Any:
-    """JSON or YAML text -> plain data; ConfigError (never a traceback) on anything wrong."""
-    if _nesting(text) > 32:
-        raise ConfigError(f"{path}: nested more than 32 levels deep; a scenario needs 6")
-    if yaml:
-        try:
-            yaml_mod: Any = importlib.import_module("yaml")
-        except ImportError:
-            raise ConfigError(
-                f"{path}: YAML scenarios need PyYAML; install it or use JSON"
-            ) from None
-        try:
-            return yaml_mod.safe_load(text)
-        except yaml_mod.YAMLError as exc:
-            first = str(exc).strip().splitlines()
-            raise ConfigError(f"{path}: not valid YAML: {' '.join(first[:4])[:300]}") from None
-        except (RecursionError, ValueError, OverflowError) as exc:
-            raise ConfigError(f"{path}: not a usable YAML document: "
-                              f"{type(exc).__name__}") from None
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
-    except (RecursionError, ValueError) as exc:
-        raise ConfigError(f"{path}: not valid JSON: {str(exc)[:200]}") from None
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _nesting(text: str) -> int:
-    """Deepest bracket or indentation nesting, counted without parsing (so a 100,000-deep
-    document is refused before a recursive parser sees it). Brackets inside strings count too:
-    an over-estimate, which only matters for absurd files."""
-    depth = deepest = 0
-    for ch in text:
-        if ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-    indent = max((len(line) - len(line.lstrip(" -")) for line in text.splitlines()), default=0)
-    return max(deepest, indent // 2)
-
-
 def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
     """Validate a decoded scenario document. Raises ConfigError naming source and field path."""
 
@@ -420,3 +372,8 @@ def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:60] + "..."
+
+
+__all__ = ["DEFAULT_SCENARIO", "MAX_FILE_BYTES", "MAX_PROCESSES", "Scenario", "ScenarioContainer",
+           "ScenarioGpu", "ScenarioXid", "SimulatedAttributor", "decode_scenario",
+           "default_scenario", "load_scenario", "parse_scenario"]
