@@ -125,10 +125,13 @@ def test_ten_minutes_of_throttling_lose_nothing_and_duplicate_nothing(
     for lines in got.values():
         for m in extract(lines[0]):
             if m.name == "DCGM_FI_DEV_GPU_UTIL":
-                assert m.namespace == "ContainerInsights/Prometheus" and m.unit == "Percent"
-                assert dict(m.dimensions) == {"ClusterName": "prod", "Namespace": "ml",
+                # the agent path's identity (issue 18): podgpu's namespace, the agent's job,
+                # the workload's pod, no unit
+                assert m.namespace == "ContainerInsights/Prometheus" and m.unit == "None"
+                assert dict(m.dimensions) == {"ClusterName": "prod", "Namespace": "gpu-operator",
                                               "Service": "nvidia-dcgm-exporter",
-                                              "job": "podgpu", "pod": "train-0"}
+                                              "job": "kubernetes-service-endpoints",
+                                              "pod": "train-0"}
                 per_minute[m.timestamp_ms] = m.values
     assert per_minute.keys() == RAW.keys()
     for minute, values in per_minute.items():
