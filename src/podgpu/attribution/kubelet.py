@@ -269,7 +269,9 @@ def _limited_codec() -> Any:
 _CONNECT_ERRORS: tuple[tuple[type[OSError], str], ...] = (
     (FileNotFoundError, "no such file (is the kubelet running, is the path mounted?)"),
     (ConnectionRefusedError, "connection refused"),
-    (PermissionError, "permission denied"),
+    # issue 22: the socket is root-only; name the fix (e.g. an image-only swap run as non-root)
+    (PermissionError, "permission denied: it is root-only, run podgpu as UID 0 (runAsUser: 0; "
+     "every capability can stay dropped, docs/deploy.md)"),
 )
 
 
