@@ -172,7 +172,7 @@ def build_attributor(settings: KubernetesSettings, *, kube_api_configuration: An
     """The kubelet attributor `-k` asks for, or None without it.
 
     `settings` was validated when it was built (podgpu.config); the simulated node's attributor
-    is podgpu.sim.scenario's. `kube_api_configuration` (a kubernetes.client.Configuration) is
+    is podgpu.sim.scenario's. `kube_api_configuration` (an attribution.kubeapi.KubeConfig) is
     for tests; None means in-cluster config.
     """
     if not settings.enabled:
