@@ -19,6 +19,7 @@ from podgpu.sinks.prometheus.labels import (
     pod_label_pairs,
     short_identity_pairs,
 )
+from podgpu.sinks.prometheus.source import Family, Sample
 from podgpu.sinks.prometheus.text import escape_help, label_pairs
 
 ALLOCATED = "podgpu_pod_gpu_allocated_seconds_total"
@@ -73,21 +74,41 @@ def render_families(state: State, opts: LabelOptions,
             field = _FIELDS[i]
             out.extend(f"{prefixes[i]}{e[field]!r}\n" for prefixes, e in rows)
     if state.unattributed:
-        out.append(f"# HELP {UNATTRIBUTED} Joules of the GPU's energy counter while no "
-                   "container held it (pods + this = the device's increase).\n"
+        out.append(f"# HELP {UNATTRIBUTED} {escape_help(UNATTRIBUTED_HELP)}\n"
                    f"# TYPE {UNATTRIBUTED} counter\n")
         for gpu_uuid in sorted(state.unattributed):
             g = state.unattributed[gpu_uuid]
             out.append(f"{UNATTRIBUTED}{{{label_pairs(short_identity_pairs(g.device, opts))}}}"
                        f" {g.joules!r}\n")
-    out.append(f"# HELP {SKIPPED} Seconds between snapshots too far apart to integrate "
-               "(podgpu stalled); not in any accounting counter.\n"
+    out.append(f"# HELP {SKIPPED} {escape_help(SKIPPED_HELP)}\n"
                f"# TYPE {SKIPPED} counter\n{SKIPPED} {state.skipped_seconds!r}\n")
     return "".join(out)
 
 
 _FIELDS = tuple(Entry._fields.index(f) for f in ("allocated_seconds", "used_seconds",
                                                  "energy_joules", "memory_byte_seconds"))
+
+
+UNATTRIBUTED_HELP = ("Joules of the GPU's energy counter while no container held it (pods + this "
+                     "= the device's increase).")
+SKIPPED_HELP = ("Seconds between snapshots too far apart to integrate (podgpu stalled); not in "
+                "any accounting counter.")
+
+
+def families(state: State, opts: LabelOptions) -> Iterator[Family]:
+    """The same families as `render_families`, as data (the MetricSource form,
+    sinks/prometheus/source.py); `render_families` is the per-cycle fast path of the same text."""
+    entries = sorted(state.entries.values(), key=lambda e: e.device.index)
+    labels = [holder_pairs(e.device, e.ref, opts) for e in entries]
+    for i, (name, help_text) in enumerate(FAMILIES):
+        field = _FIELDS[i]
+        yield Family(name, help_text, "counter",
+                     tuple(Sample(lb, float(e[field]))  # type: ignore[arg-type]
+                           for lb, e in zip(labels, entries, strict=True)))
+    yield Family(UNATTRIBUTED, UNATTRIBUTED_HELP, "counter", tuple(
+        Sample(short_identity_pairs(g.device, opts), g.joules)
+        for _, g in sorted(state.unattributed.items())))
+    yield Family(SKIPPED, SKIPPED_HELP, "counter", (Sample((), state.skipped_seconds),))
 
 
 def emf_items(state: State, opts: LabelOptions) -> Iterator[tuple[Pairs, list[tuple[str, float]]]]:

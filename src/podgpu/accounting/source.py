@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from podgpu.accounting.integrate import Options, State, advance
-from podgpu.accounting.render import emf_items, render_families
+from podgpu.accounting.render import emf_items, families, render_families
 from podgpu.accounting.shares import FIELDS, HolderKey
 from podgpu.fields.catalog import Field, lookup
 from podgpu.model import Snapshot
 from podgpu.settings import AccountingSettings
 from podgpu.sinks.prometheus.labels import LabelOptions, Pairs
+from podgpu.sinks.prometheus.source import Family
 
 
 class UsesFields(Protocol):
@@ -78,6 +79,11 @@ class Accountant:
         """What a metric-list switch should be applied to: the collector, keeping accounting's
         fields."""
         return _WithAccountingFields(collector)
+
+    def families(self) -> Iterator[Family]:
+        """The counters as a MetricSource (sinks/prometheus/source.py); `render()` is the same
+        text, faster (label text cached between cycles)."""
+        return families(self.state, self._labels)
 
     def emf_items(self) -> Iterator[tuple[Pairs, list[tuple[str, float]]]]:
         """(label pairs, [(counter, total)]) per holder for the EMF sink."""
