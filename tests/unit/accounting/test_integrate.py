@@ -163,3 +163,18 @@ def test_the_fast_render_is_the_metric_source_render() -> None:
     assert 'team="vision"' in text and 'GPU_I_ID="2"' in text
     assert 'podgpu_gpu_unattributed_energy_joules_total{gpu="0",UUID="GPU-a",Hostname="n1"} 2.0' \
         in text
+
+
+def test_memory_stays_bounded_under_churn() -> None:
+    """A new pod every second for an hour (3,600 pods): the state never holds more than the
+    pods of the last grace period (60 s) plus one look-up interval."""
+    state, prev = State(), None
+    most = 0
+    for t in range(3600):
+        ref = ContainerRef("batch", f"job-{t}", "main")
+        s = snap(t, [gpu(GPU0, util=50, mj=1000 * t)], (Allocation("GPU-a", ref,
+                                                                  "nvidia.com/gpu", "GPU-a"),))
+        state = advance(state, prev, s, Options(grace_seconds=60))
+        prev = s
+        most = max(most, len(state.entries))
+    assert most <= 60 + 10 + 1
