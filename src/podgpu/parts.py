@@ -82,7 +82,8 @@ def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend
         return SimulatedBackend(
             count, model, on_seconds=on, off_seconds=off, scenario=scenario,
             xid_window_seconds=c.xid_window_ms / 1000.0,
-            clock_events_window_seconds=c.clock_events_window_ms / 1000.0)
+            clock_events_window_seconds=c.clock_events_window_ms / 1000.0,
+            clock_events_sample_seconds=c.clock_events_sample_ms / 1000.0)
     try:
         from podgpu.backends.nvml import NvmlBackend
     except ImportError as exc:
@@ -90,6 +91,7 @@ def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend
     return NvmlBackend(
         xid_window_seconds=c.xid_window_ms / 1000.0,
         clock_events_window_seconds=c.clock_events_window_ms / 1000.0,
+        clock_events_sample_seconds=c.clock_events_sample_ms / 1000.0,
         # a hung GPU costs at most this much of a cycle (issue 13): 0.8 interval, 1..10 s
         read_timeout_seconds=min(10.0, max(1.0, 0.8 * c.interval)),
     )

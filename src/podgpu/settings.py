@@ -47,6 +47,9 @@ class CollectSettings:
     """-d: which GPUs / MIG GPU instances get series (model/selection.py)."""
     xid_window_ms: int = DEFAULT_WINDOW_MS
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
+    clock_events_sample_ms: int = 30000
+    """One clock-event bitmask sample counts per this many ms: the -c the user gave (the
+    interval dcgm-exporter would sample at), else dcgm-exporter's default 30000 (issue 17)."""
     wait_for_driver: bool = False
     """NVML not there yet: retry in the background (backends/driverwait.py) instead of exit 1;
     --wait-for-driver auto resolves it to "in Kubernetes" (issue 22)."""

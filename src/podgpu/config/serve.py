@@ -202,6 +202,8 @@ def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSet
     when = c.pop("wait_for_driver")  # issue 22: every pod has KUBERNETES_SERVICE_HOST
     c["wait_for_driver"] = when == "always" or (when == "auto"
                                                 and bool(env.get("KUBERNETES_SERVICE_HOST")))
+    if not r.origin["collect.interval_ms"].endswith("(default)"):  # issue 17 item 7
+        c["clock_events_sample_ms"] = c["interval_ms"]
     collect = CollectSettings(**c)  # type: ignore[arg-type]
     k = section(r, "kubernetes")
     if k["enabled"]:  # issue 13: an empty root made every GPU process look exited
