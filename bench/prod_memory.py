@@ -29,6 +29,7 @@ The summary's `emf_put_log_events` says whether the EMF path was exercised at al
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import platform
@@ -123,7 +124,7 @@ class Scraper(threading.Thread):
                 with urllib.request.urlopen(req, timeout=5) as r:
                     r.read()
                 self.ok += 1
-            except OSError:
+            except (OSError, http.client.HTTPException):  # refused, timed out, cut short
                 self.errors += 1
 
 
@@ -204,7 +205,7 @@ def main() -> int:
                 with urllib.request.urlopen(s.url, timeout=2) as r:
                     r.read()
                 break
-            except OSError:
+            except (OSError, http.client.HTTPException):
                 if procs[v].poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"{v} did not start; see {work / 'serve.log'}") from None
                 time.sleep(0.1)
