@@ -7,7 +7,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -60,6 +62,71 @@ def wait_for(cond: Callable[[], T], timeout: float = 10.0, what: str = "conditio
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+class InProcessAgent:
+    """`podgpu serve ARGS` as an agent in this process (podgpu.agent), on a port the OS picks:
+    the parts are the real ones, only the process around them is the test's. Use for tests that
+    need the agent to serve, not the process (exit codes, signals, stderr: ServeProcess)."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        from podgpu.agent import build_agent, run
+        from podgpu.config import parse_serve_args
+
+        settings = parse_serve_args(["--address", "127.0.0.1:0", *args],
+                                    {"NODE_NAME": "test-node", **(env or {})})
+        self.agent = build_agent(settings)
+        self._ready = threading.Event()
+        self.exit_code: int | None = None
+        self.error: BaseException | None = None
+
+        def serve() -> None:
+            try:
+                self.exit_code = run(self.agent, ready=lambda _a: self._ready.set())
+            except BaseException as exc:  # reported by wait_ready
+                self.error = exc
+            finally:
+                self._ready.set()
+
+        self._thread = threading.Thread(target=serve, name="test-agent", daemon=True)
+        self._thread.start()
+        self.url = ""
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        if not self._ready.wait(timeout):
+            raise AssertionError("the agent did not listen in time")
+        if self.error is not None or not self.agent.addresses:
+            raise AssertionError(f"the agent stopped: {self.error!r} (exit {self.exit_code})")
+        self.url = self.agent.url
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def stop(self) -> int | None:
+        self.agent.stop("test done")
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the agent did not stop"
+        return self.exit_code
+
+
+@pytest.fixture
+def agent() -> Iterator[type[InProcessAgent]]:
+    """Start in-process agents; each is stopped at the end of the test."""
+    started: list[InProcessAgent] = []
+
+    class _Tracked(InProcessAgent):
+        def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+            super().__init__(*args, env=env)
+            started.append(self)
+
+    yield _Tracked
+    for a in started:
+        a.stop()
 
 
 class ServeProcess:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from podgpu import __version__, logs
+from podgpu.errors import ListenError
 from podgpu.http.lifecycle import Stopper
 from podgpu.parts import (
     load_metrics,
@@ -48,10 +49,19 @@ class Agent:
     security: WebSecurity | None
     emf: EmfSink | None
     stopper: Stopper = field(default_factory=Stopper)
+    addresses: list[tuple[str, int]] = field(default_factory=list)
+    """Where it listens, once `run` has bound the port (port 0 in the settings: the OS picks)."""
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop serving from any thread, as SIGTERM would; `run` then returns."""
         self.stopper.stop(reason)
+
+    @property
+    def url(self) -> str:
+        """http(s)://HOST:PORT of the first bound address (for tests and logs)."""
+        host, port = self.addresses[0]
+        scheme = "https" if self.security is not None and self.security.ssl_context else "http"
+        return f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
 def main(argv: Sequence[str]) -> int:
@@ -60,6 +70,7 @@ def main(argv: Sequence[str]) -> int:
     from podgpu.options import go_flags
 
     settings = settings_from(serve_parser().parse_args(go_flags(list(argv), OPTIONS)))
+    logs.configure(debug=settings.log.debug, fmt=settings.log.format)  # the process's, not the agent's
     return run(build_agent(settings))
 
 
@@ -67,7 +78,6 @@ def build_agent(settings: ServeSettings) -> Agent:
     """Every part from its settings; ConfigError (exit 2) for bad input, nothing started."""
     from podgpu.sinks.prometheus.labels import LabelOptions
 
-    logs.configure(debug=settings.log.debug, fmt=settings.log.format)
     for w in settings.warnings:
         log.warning("%s", w)
     from podgpu.fields.metriclist import describe_source, empty_list_warning
@@ -106,31 +116,34 @@ def list_file(collect: CollectSettings) -> str | None:
     return resolve_list_path(collect.collectors, collect.default_list)
 
 
-def run(agent: Agent) -> int:
-    """Open, collect once, serve until stopped; 1 when the collect loop died, else 0."""
+def run(agent: Agent, *, ready: Callable[[Agent], None] | None = None) -> int:
+    """Open, collect once, serve until stopped; 1 when the collect loop died, else 0.
+    `ready(agent)` runs once the port is bound (`agent.addresses`), on the serving thread."""
     backend, attributor = agent.backend, agent.attributor
     backend.open()
     if attributor is not None:
         attributor.start()
     try:
-        return _serve(agent)
+        return _serve(agent, ready)
     finally:
         if attributor is not None:
             attributor.close()
         backend.close()
 
 
-def _serve(agent: Agent) -> int:
-    from podgpu.attribution.hpcjobs import HpcJobMapper
+def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     from podgpu.accounting import build_accountant, with_accounting_fields
+    from podgpu.attribution.hpcjobs import HpcJobMapper
     from podgpu.collect import CollectLoop, Collector
     from podgpu.fields.listfollow import ListFollower
-    from podgpu.http.guard import Limits
+    from podgpu.http.guard import ConnectionGuard, Limits
     from podgpu.http.publish import Publisher
     from podgpu.http.server import make_app, serve_until_stopped
+    from podgpu.http.stats import HttpStats
     from podgpu.reload import MetricListSwitch, install_sighup
     from podgpu.sinks.live import LiveRenderer, ViewOptions
     from podgpu.sinks.prometheus import RenderOptions, render
+    from podgpu.sinks.prometheus.source import MetricSource, render_sources
 
     settings, backend, emf, security = agent.settings, agent.backend, agent.emf, agent.security
     interval = settings.collect.interval
@@ -159,11 +172,14 @@ def _serve(agent: Agent) -> int:
 
     acct = build_accountant(settings.accounting, agent.label_opts)  # issue 21; None when off
 
+    stats = HttpStats(security.access if security is not None else None)
+    sources: list[MetricSource] = [*([emf] if emf is not None else []), stats]
+
     def render_snapshot(snapshot, timings):  # type: ignore[no-untyped-def]
         body = render(snapshot, lists.current, RenderOptions(agent.label_opts, build, timings))
         if acct is not None:
             body += acct.render().encode()
-        return body + emf.render_metrics().encode() if emf is not None else body
+        return body + render_sources(sources).encode()
 
     publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
         node=settings.output.hostname, backend=backend.name, version=__version__,
@@ -213,9 +229,20 @@ def _serve(agent: Agent) -> int:
         limits = Limits(max_connections=settings.http.max_connections,
                         request_timeout=settings.http.request_timeout)
         assert settings.http.port is not None
+        def listening(addresses: list[tuple[str, int]], guard: ConnectionGuard) -> None:
+            stats.guard = guard
+            agent.addresses = list(addresses)
+            if ready is not None:
+                ready(agent)
+
         agent.stopper.run(serve_until_stopped(
             app, settings.http.host, settings.http.port, limits=limits,
-            ssl_context=security.ssl_context if security is not None else None))
+            ssl_context=security.ssl_context if security is not None else None, ready=listening))
+    except ListenError:
+        if emf is not None:  # a start that fails sends nothing (issue 18 item 6)
+            emf.abort()
+            emf = None
+        raise
     finally:
         if follower is not None:
             follower.stop()

@@ -58,9 +58,9 @@ def until(p: Any, cond: Callable[[Samples], bool], timeout: float) -> tuple[Samp
         time.sleep(0.02)
 
 
-def start(serve: Any, kubelet: FakeKubelet, *extra: str) -> Any:
-    p = serve("--simulate", "4", "-k", "--pod-resources-kubelet-socket", kubelet.socket_path,
-              "-c", str(INTERVAL_MS), *extra)
+def start(agent: Any, kubelet: FakeKubelet, *extra: str) -> Any:
+    p = agent("--simulate", "4", "-k", "--pod-resources-kubelet-socket", kubelet.socket_path,
+              "-c", str(INTERVAL_MS), *extra)  # in this process (tests/conftest.py InProcessAgent)
     p.wait_ready()
     return p
 
@@ -71,8 +71,8 @@ def labelled(m: Samples, uuid: str) -> dict[str, str]:
 
 
 def test_exclusive_gpu_gains_and_loses_pod_labels_within_two_intervals(
-        serve: Any, kubelet: FakeKubelet) -> None:
-    p = start(serve, kubelet)
+        agent: Any, kubelet: FakeKubelet) -> None:
+    p = start(agent, kubelet)
     m = scrape(p)
     assert labelled(m, U[0]) == {}
     kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", U[0])])
@@ -87,13 +87,13 @@ def test_exclusive_gpu_gains_and_loses_pod_labels_within_two_intervals(
 
 
 def test_shared_gpu_has_no_pod_labels_and_one_allocation_per_container(
-        serve: Any, kubelet: FakeKubelet) -> None:
+        agent: Any, kubelet: FakeKubelet) -> None:
     kubelet.set_pods([
         gpu_pod("ml", "train", "main", "nvidia.com/gpu", U[0]),
         gpu_pod("inf", "a", "server", "nvidia.com/gpu", f"{U[1]}::0"),
         gpu_pod("inf", "b", "server", "nvidia.com/gpu", f"{U[1]}::1"),
     ])
-    p = start(serve, kubelet)
+    p = start(agent, kubelet)
     m, _ = until(p, lambda m: len(holders(m, U[1])) == 2, 5)
     assert labelled(m, U[1]) == {}  # no arbitrary winner on the shared GPU
     for field in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"):
@@ -105,13 +105,13 @@ def test_shared_gpu_has_no_pod_labels_and_one_allocation_per_container(
     assert holders(m, U[2]) == [] and labelled(m, U[2]) == {}  # unallocated: nothing
 
 
-def test_renamed_sharing_resource_only_when_listed(serve: Any, kubelet: FakeKubelet) -> None:
+def test_renamed_sharing_resource_only_when_listed(agent: Any, kubelet: FakeKubelet) -> None:
     kubelet.set_pods([
         gpu_pod("inf", "a", "server", "nvidia.com/gpu.shared", f"{U[2]}::0"),
         gpu_pod("ml", "train", "main", "nvidia.com/gpu", U[0]),
     ])
-    plain = start(serve, kubelet)
-    listed = start(serve, kubelet, "--nvidia-resource-names", "nvidia.com/gpu.shared")
+    plain = start(agent, kubelet)
+    listed = start(agent, kubelet, "--nvidia-resource-names", "nvidia.com/gpu.shared")
     m, _ = until(plain, lambda m: holders(m, U[0]) != [], 5)
     assert holders(m, U[2]) == [] and labelled(m, U[2]) == {}
     m, _ = until(listed, lambda m: holders(m, U[2]) != [], 5)
@@ -130,9 +130,9 @@ def kubelet_errors(m: Samples) -> float:
 
 
 def test_keeps_serving_while_the_socket_is_gone_and_attribution_returns(
-        serve: Any, kubelet: FakeKubelet) -> None:
+        agent: Any, kubelet: FakeKubelet) -> None:
     kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", U[0])])
-    p = start(serve, kubelet)
+    p = start(agent, kubelet)
     m, _ = until(p, lambda m: labelled(m, U[0]) != {}, 5)
     status, body = health(p)
     assert status == 200 and body["kubelet"] == "ok"
@@ -154,8 +154,8 @@ def test_keeps_serving_while_the_socket_is_gone_and_attribution_returns(
     assert health(p)[1]["kubelet"] == "ok"
 
 
-def test_per_pod_usage_matches_the_gpu(serve: Any, kubelet: FakeKubelet) -> None:
-    p = start(serve, kubelet)
+def test_per_pod_usage_matches_the_gpu(agent: Any, kubelet: FakeKubelet) -> None:
+    p = start(agent, kubelet)
     m, _ = until(p, lambda m: bool(m["podgpu_pod_gpu_memory_used_bytes"]), 5)
     mem: dict[str, float] = defaultdict(float)
     util: dict[str, float] = defaultdict(float)

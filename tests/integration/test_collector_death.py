@@ -53,3 +53,26 @@ def test_on_death_is_called_with_what_killed_the_loop() -> None:
     loop._thread.join(5)
     assert not loop._thread.is_alive()
     assert isinstance(loop.died, KeyboardInterrupt) and seen == [loop.died]
+
+
+def test_in_process_a_dead_collect_loop_stops_the_server_through_the_event_loop() -> None:
+    """Issue 16 item 5: no signal is raised at the process (a test's agent shares it); the
+    serving task is cancelled from the dying thread and `run` returns 1. The fault is injected
+    by wrapping the real backend's read (fault injection only)."""
+    from tests.conftest import InProcessAgent
+
+    p = InProcessAgent("--simulate", "1", "-c", "200")
+    real = p.agent.backend.read
+    calls = [0]
+
+    def read(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] >= 4:
+            raise SystemExit("injected: the collect thread dies")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    p.agent.backend.read = read  # type: ignore[method-assign]
+    p._thread.join(30)
+    assert not p._thread.is_alive() and p.exit_code == 1
+    assert p.agent.stopper.reason is not None
+    assert p.agent.stopper.reason.startswith("the collect loop stopped: SystemExit: injected")
