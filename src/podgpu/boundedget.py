@@ -117,7 +117,8 @@ def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] 
         conn.close()
     # Raised here, outside the handlers, so the error holds no traceback of the read (whose
     # frames hold up to `max_bytes` of body) and memory is returned at once, not by the GC.
-    raise GetError(f"no complete answer within {timeout:g} s" if dog.expired else error)
+    late = dog.expired or error == "timed out"  # a socket timeout is this deadline too
+    raise GetError(f"no complete answer within {timeout:g} s" if late else error)
 
 
 def _body(resp: http.client.HTTPResponse, limit: int) -> bytes:

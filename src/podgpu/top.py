@@ -98,7 +98,7 @@ def poll(urls: Sequence[str], timeout: float, pool: ThreadPoolExecutor) -> list[
     here is a second line of defence (plus a little) so one node never holds the view."""
     futures = [pool.submit(fetch, u, timeout) for u in urls]
     done, _ = wait(futures, timeout=timeout + 0.5)
-    return [f.result() if f in done else NodeResult(u, None, f"no answer in {timeout:g} s")
+    return [f.result() if f in done else NodeResult(u, None, f"no complete answer within {timeout:g} s")
             for u, f in zip(urls, futures, strict=True)]
 
 
