@@ -69,8 +69,12 @@ def prepare(objs: list[dict[str, Any]], workdir: Path, *, pod_resources_dir: Pat
             continue
         src = e["valueFrom"]
         if "fieldRef" in src:
-            assert src["fieldRef"]["fieldPath"] == "spec.nodeName", src
-            env[e["name"]] = NODE_NAME
+            ds_meta = one(objs, "DaemonSet")["metadata"]
+            fields = {"spec.nodeName": NODE_NAME,  # the downward API, as the kubelet fills it
+                      "metadata.namespace": ds_meta.get("namespace", "default"),
+                      "metadata.name": f"{ds_meta['name']}-x7k2p"}
+            assert src["fieldRef"]["fieldPath"] in fields, src
+            env[e["name"]] = fields[src["fieldRef"]["fieldPath"]]
         elif "configMapKeyRef" in src:
             ref = src["configMapKeyRef"]
             env[e["name"]] = _configmap(objs, ref["name"])[ref["key"]]
