@@ -9,8 +9,11 @@ keeps everything meanwhile. Only a request CloudWatch calls invalid is given up,
 
 Every send has one **deadline** here, whatever the destination (issue 19 item 2): the send runs
 on a helper thread and the sender stops waiting when the deadline passes, counts a retryable
-failure, and asks the destination to `abort()` the send if it can (close its connection). Until
-that send returns no other starts, so a destination is never used by two threads at once. The
+failure and backs off. A destination may offer `abort()`: called from the sender's thread when a
+send passed its deadline, it promises that `send()` may be called again at once (on a fresh
+connection) while the abandoned call finishes or fails on its own, its result ignored; at most
+MAX_ABANDONED such calls may be alive. Without `abort()` (or past that number) no send starts
+until the stuck one returns, so a destination is never used by two threads at once. The
 sink's thread is therefore never held longer than the deadline, and `pump` returns at least every
 PUMP_BUDGET seconds so closed windows keep being encoded and queued.
 
@@ -43,6 +46,8 @@ DEFAULT_SEND_TIMEOUT = 30.0
 PUMP_BUDGET = 5.0
 """Seconds `pump` sends before it returns to let the sink's thread encode closed windows."""
 STALL_INTERVALS = 4
+MAX_ABANDONED = 2
+"""Sends past their deadline, abandoned after `abort()`, that may still be running."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +90,7 @@ class Sender:
         self._timeout = send_timeout
         self._stall_after = STALL_INTERVALS * interval + send_timeout
         self._stuck: threading.Thread | None = None
+        self._abandoned: list[threading.Thread] = []
         self._queue = queue
         self._clock = clock
         self._base = backoff_base
@@ -184,13 +190,17 @@ class Sender:
         worker = threading.Thread(target=send, name="podgpu-emf-send", daemon=True)
         worker.start()
         if not done.wait(self._timeout):
-            self._stuck = worker
+            self._abandoned = [t for t in self._abandoned if t.is_alive()]
             abort = getattr(self._dest, "abort", None)
-            if callable(abort):
+            if callable(abort) and len(self._abandoned) < MAX_ABANDONED:
                 try:
                     abort()
-                except Exception as exc:  # an abort that fails changes nothing here
+                    self._abandoned.append(worker)  # the next send may start at once
+                except Exception as exc:  # an abort that fails: wait for the send instead
                     log.debug("EMF: abort of %s failed: %s", self._dest.name, exc)
+                    self._stuck = worker
+            else:
+                self._stuck = worker
             raise SendError(f"{self._dest.name}: no complete answer within {self._timeout:g} s",
                             retryable=True)
         if "error" in box:
