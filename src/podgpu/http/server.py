@@ -6,12 +6,14 @@ A scrape costs a memory copy: no handler touches the backend, the kubelet or the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import logging
 import signal
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -138,42 +140,46 @@ async def serve_until_stopped(app: web.Application, host: str | None, port: int,
         await runner.cleanup()
 
 
+ZERO_COPY_WRITES = sys.version_info >= (3, 12)
+"""Python 3.12's socket transport keeps a view of what the kernel did not take; 3.11's copies it
+into its own buffer (measured: 2,000 pipelining clients that never read, +293 MiB)."""
+
+
 async def send_in_chunks(request: web.Request, body: bytes,
                          headers: dict[str, str]) -> web.StreamResponse:
-    """Write `body` so that a client that does not read keeps at most WRITE_CHUNK of it in
-    podgpu's memory (issue 19). Written whole, the part the kernel does not take is copied into
-    the transport's buffer (Python 3.11) and stays there until the request deadline. Each step
-    writes what the socket's send buffer has room for (one write for a client that reads, as
-    before) or one WRITE_CHUNK when it has none, and waits until the socket took it."""
+    """Write `body` so that a client that does not read costs little memory (issue 19).
+
+    On Python 3.12+ over plain HTTP the body goes out in one write: what the kernel does not take
+    stays a view of the shared published bytes. Otherwise (Python 3.11, or TLS, whose layer
+    encrypts all it is given at once) it goes in WRITE_CHUNK pieces, each after the previous one
+    left podgpu's buffers, so a client that does not read holds at most one chunk until the
+    request deadline closes it; the socket is corked meanwhile so a reading client still gets
+    full segments."""
+    tls = request.transport is not None and request.transport.get_extra_info("sslcontext")
+    if ZERO_COPY_WRITES and not tls:
+        return web.Response(body=body, headers=headers)
     resp = web.StreamResponse(headers=headers)
     resp.content_length = len(body)
     await resp.prepare(request)
     view = memoryview(body)
-    sock = request.transport.get_extra_info("socket") if request.transport else None
-    tls = request.transport is not None and request.transport.get_extra_info("sslcontext")
-    start = 0
+    sock = None if tls or request.transport is None else request.transport.get_extra_info("socket")
+    _cork(sock, True)
     try:
-        while start < len(view):
-            room = WRITE_CHUNK if tls else send_room(sock)
-            step = max(WRITE_CHUNK, room)
-            await resp.write(view[start:start + step])
-            start += step
+        for start in range(0, len(view), WRITE_CHUNK):
+            await resp.write(view[start:start + WRITE_CHUNK])
             await request.writer.drain()
+        _cork(sock, False)
         await resp.write_eof()
     except ConnectionError:  # the client left, or the guard closed it: nothing to answer
         pass
     return resp
 
 
-def send_room(sock: Any) -> int:
-    """Bytes the kernel will surely take now: half of the send buffer not yet in flight (the
-    kernel counts its own overhead against the buffer too). 0 when unknown."""
-    try:
-        size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
-        queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
-    except (OSError, AttributeError, ValueError):
-        return 0
-    return max(0, (size - queued) // 2)
+def _cork(sock: Any, on: bool) -> None:
+    """TCP_CORK (Linux): hold partial segments while the chunks are written."""
+    if sock is not None and hasattr(socket, "TCP_CORK"):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1 if on else 0)
 
 
 def _listen_error(exc: OSError, host: str | None, port: int) -> Exception:

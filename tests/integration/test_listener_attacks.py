@@ -1,0 +1,107 @@
+"""Issue 19 item 1, short form of bench/listener_attacks.py against the real `podgpu serve`:
+silent TCP connects to the TLS port and pipelining clients that never read, beside scrapers.
+Before the fix, 300 silent TLS connects took +96 MiB and no pipelining non-reader was ever closed
+(bench/RESULTS.md "Listener attacks"). Counts and bounds, not times: each attacking connection
+must be closed within the request deadline + 5 s, measured by the attacker."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from listener_attacks import run_attack, tls_config  # noqa: E402
+
+from tests.conftest import ServeProcess  # noqa: E402
+
+
+def test_silent_tls_connects_are_counted_timed_and_cheap() -> None:
+    res = run_attack("tls-silent", conns=300, duration=8.0, scrapers_n=5, request_timeout=2.0,
+                     gpus=2, max_rss_growth_mib=20.0)
+    assert res.failed == 0, res.failures
+    assert res.scrapes >= 5 * 5  # the scrapers ran
+    assert res.attack_closed_by_server >= 300  # every first wave was closed by the deadline
+    assert res.attack_lifetime_s_max <= 2.0 + 5.0, res
+    assert res.rss_mib_growth <= 20.0, res  # before: +96 MiB for 300
+    assert res.log_lines <= 10 and res.exit_status == 0, res.log_tail
+
+
+def test_pipelining_clients_that_never_read_are_closed() -> None:
+    res = run_attack("pipeline", conns=400, duration=8.0, scrapers_n=5, request_timeout=2.0,
+                     gpus=2, max_rss_growth_mib=20.0)
+    assert res.failed == 0, res.failures
+    assert res.attack_closed_by_server >= 400, res  # before: none closed
+    assert res.attack_lifetime_s_max <= 2.0 + 5.0, res
+    assert res.rss_mib_growth <= 20.0, res
+    assert res.log_lines <= 10 and res.exit_status == 0, res.log_tail
+
+
+def test_tls_connections_count_against_the_cap_before_their_handshake(tmp_path: Path) -> None:
+    config = tls_config(tmp_path)
+    p = ServeProcess("--simulate", "1", "--web-config-file", str(config),
+                     "--http-max-connections", "64", "--http-request-timeout", "30")
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", p.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        base = len(list(Path(f"/proc/{p.proc.pid}/fd").iterdir()))
+        silent = [socket.create_connection(("127.0.0.1", p.port)) for _ in range(400)]
+        time.sleep(1.0)
+        fds = len(list(Path(f"/proc/{p.proc.pid}/fd").iterdir()))
+        assert fds <= base + 64 + 8, fds  # not one descriptor per silent connect
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        for _ in range(5):  # a scraper still gets in: the oldest silent ones make room
+            with socket.create_connection(("127.0.0.1", p.port), timeout=5) as raw, \
+                    ctx.wrap_socket(raw) as s:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert s.recv(64).startswith(b"HTTP/1.1 200 ")
+        for s in silent:
+            s.close()
+    finally:
+        _, err = p.stop()
+    assert err.count("connection cap 64 reached") == 1, err
+    assert "Traceback" not in err
+
+
+def _read_answers(s: socket.socket, n: int) -> list[bytes]:
+    """`n` HTTP answers (status line + body by Content-Length) read off `s`."""
+    data, answers = b"", []
+    while len(answers) < n:
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            assert chunk, f"closed after {len(answers)} answers"
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        while len(data) < length:
+            chunk = s.recv(65536)
+            assert chunk
+            data += chunk
+        answers.append(head.split(b"\r\n")[0] + b" " + data[:length])
+        data = data[length:]
+    return answers
+
+
+def test_a_pipelining_client_that_reads_gets_every_answer_in_order(serve) -> None:  # type: ignore[no-untyped-def]
+    p = serve("--simulate", "2", "--http-request-timeout", "5")
+    p.wait_ready()
+    body = p.get("/metrics")[2]
+    with socket.create_connection(("127.0.0.1", p.port), timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 6
+                  + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        answers = _read_answers(s, 7)
+    assert [a.split(b" ", 2)[1] for a in answers] == [b"200"] * 7
+    for a in answers[:6]:  # the chunked writer sends whole bodies (values change, lines not)
+        got = a.split(b" ", 3)[3]
+        assert got.endswith(b"\n") and got.count(b"\n") == body.count(b"\n")
+    assert b'"status"' in answers[6]
