@@ -3,12 +3,16 @@ key it reads, and terminal escaping of every control and format character."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from podgpu.top import NodeResult, TopState, plain_text
 from podgpu.topdoc import MAX_DEPTH, MAX_PODS, BadDocument, clean, depth_ok, parse
 from tests.unit.test_top import GIB, view
 
@@ -87,3 +91,57 @@ def test_every_control_and_format_character_is_escaped(ch: str) -> None:
 def test_clean_keeps_ordinary_text_and_caps_length() -> None:
     assert clean("ns/gpu-burn-7f9c [bold]ü 中文") == "ns/gpu-burn-7f9c [bold]ü 中文"
     assert clean("x" * 500) == "x" * 200 + "…"
+
+
+# --- fuzzing: whatever a node sends, parse() says BadDocument or top renders it safely ---------
+
+HOSTILE = st.text(alphabet=st.sampled_from(["a", " ", "\x1b", "\x00", "\n", "\x85", "\x9b",
+                                            "\u202e", "\u2066", "\ufeff", "é", "[", "]"]),
+                  max_size=12)
+SCALARS = (st.none() | st.booleans() | st.integers(-(10**20), 10**20)
+           | st.floats(allow_nan=False) | HOSTILE)
+VALUES = st.recursive(SCALARS, lambda c: st.lists(c, max_size=3)
+                      | st.dictionaries(HOSTILE, c, max_size=3), max_leaves=8)
+
+
+@st.composite
+def damaged(draw: st.DrawFn) -> bytes:
+    """A good document with a few of its values (at any depth) replaced by hostile ones."""
+    doc: Any = copy.deepcopy(good())
+    for _ in range(draw(st.integers(1, 4))):
+        obj = doc
+        while True:
+            keys = list(obj) if isinstance(obj, dict) else list(range(len(obj)))
+            if not keys:
+                break
+            key = draw(st.sampled_from(keys))
+            if isinstance(obj[key], (dict, list)) and obj[key] and draw(st.booleans()):
+                obj = obj[key]
+                continue
+            obj[key] = draw(VALUES)
+            break
+    return enc(doc)
+
+
+def no_controls(text: str) -> None:
+    assert not [c for c in text if (c < " " and c != "\n") or "\x7f" <= c < "\xa0"
+                or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff"], text
+
+
+@settings(max_examples=300, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
+@given(damaged())
+def test_any_damage_is_bad_or_renders_safely(data: bytes) -> None:
+    try:
+        view = parse(data)
+    except BadDocument as exc:
+        no_controls(clean(str(exc), 400))
+        return
+    text = plain_text([NodeResult("u", view)], TopState(), now=1000.0, width=160)
+    no_controls(text)
+
+
+@settings(max_examples=300, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300))
+def test_any_bytes_are_bad_or_a_document(data: bytes) -> None:
+    with contextlib.suppress(BadDocument):
+        parse(data)
