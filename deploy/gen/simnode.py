@@ -21,6 +21,7 @@ from podgpu.collect import Collector
 from podgpu.fields.catalog import Field
 from podgpu.fields.metriclist import default_text, parse_metric_list
 from podgpu.model import Device, GpuProcess, Sample
+from podgpu.model.status import StageStatus
 from podgpu.sim.backend import MODELS, SimulatedBackend
 from podgpu.sim.scenario import SimulatedAttributor, parse_scenario
 from podgpu.sinks.prometheus import RenderOptions, render
@@ -120,7 +121,7 @@ class _FailingAttributor:
 
     def attribute(self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]) -> Attribution:
         if self._clock() >= self._start:
-            return Attribution(processes=processes, status="unavailable: kubelet socket missing",
+            return Attribution(processes=processes, status=StageStatus.failed("kubelet socket missing"),
                                errors=(("kubelet", 1),))
         return self._inner.attribute(devices, processes)
 

@@ -17,6 +17,7 @@ from podgpu.attribution.base import Attribution, Attributor
 from podgpu.backends.base import Backend, Reading
 from podgpu.fields.catalog import Field
 from podgpu.model import Snapshot, StageResult
+from podgpu.model.status import DISABLED, StageStatus
 
 log = logging.getLogger(__name__)
 
@@ -67,22 +68,22 @@ class Collector:
         self._errors[self._backend.name] += reading.errors + len(reading.lost)
         stages.append(StageResult("backend", time.perf_counter() - t0, ok, err))
 
-        attribution = Attribution(processes=reading.processes, status="disabled")
+        attribution = Attribution(processes=reading.processes, status=DISABLED)
         if self._attributor is not None:
             t1 = time.perf_counter()
             devices = tuple(s.device for s in reading.samples)
             try:
                 attribution = self._attributor.attribute(devices, reading.processes)
-                a_ok = attribution.status == "ok"
+                a_ok = attribution.status.ok
             except Exception as exc:
                 log.exception("attribution failed")
-                attribution = Attribution(status=f"unavailable: {exc}")
+                attribution = Attribution(status=StageStatus.failed(str(exc)))
                 self._errors["attribution"] += 1
                 a_ok = False
             for source, n in attribution.errors:
                 self._errors[source] += n
             stages.append(StageResult("attribution", time.perf_counter() - t1, a_ok,
-                                      "" if a_ok else attribution.status))
+                                      "" if a_ok else str(attribution.status)))
 
         return Snapshot(
             taken_at=self._clock(),

@@ -24,7 +24,6 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -33,6 +32,7 @@ from rich.text import Text
 from podgpu.errors import ConfigError
 from podgpu.sinks.live import fmt
 from podgpu.sinks.live.page import pod_cells
+from podgpu.sinks.live.schema import PodView, SnapshotView
 from podgpu.topdoc import NodeResult, clean, fetch
 
 __all__ = ["NodeResult", "clean", "fetch", "run"]
@@ -113,7 +113,7 @@ def node_name(res: NodeResult) -> str:
     return clean(res.view["node"]) if res.view else urllib.parse.urlsplit(res.url).netloc
 
 
-def pod_rows(results: Sequence[NodeResult], state: TopState) -> list[tuple[str, dict[str, Any]]]:
+def pod_rows(results: Sequence[NodeResult], state: TopState) -> list[tuple[str, PodView]]:
     """(node, pod) pairs after the filter, in the chosen order."""
     rows = [(node_name(r), p) for r in results if r.view for p in r.view["pods"]]
     needle = state.filter.lower()
@@ -123,7 +123,7 @@ def pod_rows(results: Sequence[NodeResult], state: TopState) -> list[tuple[str, 
     if state.idle_only:
         rows = [(n, p) for n, p in rows if p["idle"]]
 
-    def name(row: tuple[str, dict[str, Any]]) -> tuple[str, str, str, str]:
+    def name(row: tuple[str, PodView]) -> tuple[str, str, str, str]:
         n, p = row
         return (p["namespace"], p["pod"], p["container"], n)
 
@@ -138,7 +138,7 @@ def pod_rows(results: Sequence[NodeResult], state: TopState) -> list[tuple[str, 
     return rows
 
 
-def _age(view: dict[str, Any], now: float) -> tuple[str, bool]:
+def _age(view: SnapshotView, now: float) -> tuple[str, bool]:
     age = max(0.0, now - float(view["taken_at"]))
     stale = age > 3 * float(view.get("interval_seconds") or 1.0) + 2.0
     return f"{age:.1f} s ago", stale

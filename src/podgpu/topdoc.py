@@ -23,9 +23,10 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from podgpu.boundedget import GetError, get
+from podgpu.sinks.live.schema import SnapshotView
 from podgpu.sinks.live.view import SCHEMA
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -54,7 +55,7 @@ class NodeResult:
     that is not a usable snapshot; otherwise it did not answer)."""
 
     url: str
-    view: dict[str, Any] | None
+    view: SnapshotView | None
     error: str = ""
     bad: bool = False
 
@@ -97,8 +98,9 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def parse(data: bytes) -> dict[str, Any]:
-    """The checked snapshot document; BadDocument says what is wrong."""
+def parse(data: bytes) -> SnapshotView:
+    """The checked snapshot document (its shape checked, so typed from here on); BadDocument
+    says what is wrong."""
     if not depth_ok(data):
         raise BadDocument(f"JSON nested deeper than {MAX_DEPTH}")
     try:
@@ -111,7 +113,7 @@ def parse(data: bytes) -> dict[str, Any]:
         got = view.get("schema") if isinstance(view, dict) else type(view).__name__
         raise BadDocument(f"not a {SCHEMA} document (schema {clean(got, 60)!r})")
     check_view(view)
-    return view
+    return cast(SnapshotView, view)
 
 
 def fetch(url: str, timeout: float) -> NodeResult:

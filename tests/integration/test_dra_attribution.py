@@ -72,7 +72,7 @@ def test_dra_gpus_carry_pod_labels(dra_kubelet: FakeKubelet) -> None:
 def test_without_the_flag_dra_claims_are_ignored(dra_kubelet: FakeKubelet) -> None:
     a = attributor(dra_kubelet.socket_path, dra=False)
     try:
-        wait_for(lambda: a.attribute(DEVICES, ()).status == "ok")
+        wait_for(lambda: a.attribute(DEVICES, ()).status.ok)
         assert a.attribute(DEVICES, ()).allocations == ()
     finally:
         a.close()

@@ -87,7 +87,7 @@ def test_allocations_and_processes_joined(kubelet: FakeKubelet, api: FakeKubeApi
     try:
         r = settle(a, lambda r: r.processes[1].container is not None
                    and r.processes[1].container.pod == "infer-a")
-        assert r.status == "ok" and r.errors == ()
+        assert r.status.ok and r.errors == ()
         assert [(x.device_key, x.container.pod, x.replica) for x in r.allocations] == [
             (G[0], "train", None), (G[1], "infer-a", 0), (G[1], "infer-b", 1), (MIG, "mig", 2)]
         train = r.allocations[0].container
@@ -108,7 +108,7 @@ def test_allocations_follow_the_kubelet_and_drop_when_it_goes(
         kubelet: FakeKubelet, sock: str) -> None:
     a = make(sock, None)
     try:
-        r = settle(a, lambda r: r.status == "ok")
+        r = settle(a, lambda r: r.status.ok)
         assert r.allocations == ()
         kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", G[0])])
         t0 = time.monotonic()
@@ -116,9 +116,9 @@ def test_allocations_follow_the_kubelet_and_drop_when_it_goes(
         assert time.monotonic() - t0 < 1.0  # polled in the background at 0.05 s
 
         kubelet.stop()
-        r = settle(a, lambda r: r.status.startswith("unavailable: "))
+        r = settle(a, lambda r: r.status.unavailable)
         assert r.allocations == ()
-        assert sock in r.status
+        assert sock in r.status.reason
         errors: dict[str, int] = {}
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:  # each failure is reported once, as a delta
@@ -129,7 +129,7 @@ def test_allocations_follow_the_kubelet_and_drop_when_it_goes(
         assert a.attribute(DEVICES, ()).processes == ()  # still answers instantly
 
         kubelet.start()
-        r = settle(a, lambda r: r.status == "ok" and len(r.allocations) == 1)
+        r = settle(a, lambda r: r.status.ok and len(r.allocations) == 1)
         # no API: processes in pods carry their pod UID only
         assert r.processes[0].container == ContainerRef("", "", "", UID_4101)
     finally:
@@ -141,7 +141,7 @@ def test_renamed_resource_needs_the_flag(kubelet: FakeKubelet, sock: str) -> Non
     plain = make(sock, None)
     listed = make(sock, None, resource_names=("nvidia.com/gpu.shared", "nvidia.com/a100"))
     try:
-        assert settle(plain, lambda r: r.status == "ok").allocations == ()
+        assert settle(plain, lambda r: r.status.ok).allocations == ()
         r = settle(listed, lambda r: len(r.allocations) == 1)
         assert r.allocations[0].resource == "nvidia.com/gpu.shared"
     finally:
@@ -162,13 +162,13 @@ def test_device_name_ids(kubelet: FakeKubelet, sock: str) -> None:
 def test_attribute_never_raises(kubelet: FakeKubelet, sock: str) -> None:
     a = make(sock, None)
     try:
-        settle(a, lambda r: r.status == "ok")
+        settle(a, lambda r: r.status.ok)
         procs = processes()
         r = a.attribute((None,), procs)  # type: ignore[arg-type]  # a bug upstream, say
-        assert r.status.startswith("unavailable: AttributeError")
+        assert r.status.unavailable and r.status.reason.startswith("AttributeError")
         assert ("attribution", 1) in r.errors
         assert r.processes == procs  # series keep flowing
-        assert a.attribute(DEVICES, procs).status == "ok"
+        assert a.attribute(DEVICES, procs).status.ok
     finally:
         a.close()
 

@@ -37,16 +37,16 @@ def test_an_answer_older_than_the_bound_is_not_used(kubelet: FakeKubelet, sock: 
     try:
         assert client.poll_once().ok
         first = att.attribute(DEVICES, ())
-        assert first.status == "ok" and [a.container.pod for a in first.allocations] == ["train"]
+        assert first.status.ok and [a.container.pod for a in first.allocations] == ["train"]
         clock.advance(2.9)
-        assert att.attribute(DEVICES, ()).status == "ok"
+        assert att.attribute(DEVICES, ()).status.ok
         clock.advance(0.2)  # 3.1 s without a fresh answer: the poll is stuck
         stale = att.attribute(DEVICES, ())
         assert stale.allocations == ()
-        assert stale.status == ("unavailable: stale: the last kubelet answer is 3.1 s old "
+        assert str(stale.status) == ("unavailable: stale: the last kubelet answer is 3.1 s old "
                                 "(limit 3 s)")
         assert client.poll_once().ok  # a fresh answer is used again
-        assert att.attribute(DEVICES, ()).status == "ok"
+        assert att.attribute(DEVICES, ()).status.ok
     finally:
         client.close()
 
@@ -63,12 +63,12 @@ def test_a_hung_list_fails_at_the_deadline_and_drops_the_deleted_pod(kubelet: Fa
         wait_for(lambda: len(att.attribute(DEVICES, ()).allocations) == 1)
         kubelet.delay = 2.5  # longer than the 2 s deadline at a 1 s interval
         kubelet.set_pods([])  # the pod is deleted while List hangs
-        wait_for(lambda: att.attribute(DEVICES, ()).status != "ok", timeout=8.0)
+        wait_for(lambda: not att.attribute(DEVICES, ()).status.ok, timeout=8.0)
         gone = att.attribute(DEVICES, ())
         assert gone.allocations == ()
-        assert "DEADLINE_EXCEEDED" in gone.status or "stale" in gone.status, gone.status
+        assert "DEADLINE_EXCEEDED" in str(gone.status) or "stale" in str(gone.status), gone.status
         kubelet.delay = 0.0
-        wait_for(lambda: att.attribute(DEVICES, ()).status == "ok", timeout=15.0)
+        wait_for(lambda: att.attribute(DEVICES, ()).status.ok, timeout=15.0)
         assert att.attribute(DEVICES, ()).allocations == ()
     finally:
         att.close()

@@ -8,6 +8,7 @@ from podgpu.collect import Collector
 from podgpu.fields import load_default
 from podgpu.fields.catalog import Field
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess
+from podgpu.model.status import StageStatus
 from podgpu.sim.backend import MODELS, SimulatedBackend
 
 FIELDS = load_default().fields
@@ -66,14 +67,14 @@ class StaticAttributor:
         self.seen = processes
         ref = ContainerRef("ns", "p", "c")
         return Attribution(allocations=(Allocation(devices[0].key, ref, "nvidia.com/gpu", "x"),),
-                           status="unavailable: kubelet down", errors=(("kubelet", 1),))
+                           status=StageStatus.failed("kubelet down"), errors=(("kubelet", 1),))
 
 
 def test_attribution_results_and_errors_reach_the_snapshot() -> None:
     c = Collector(SimulatedBackend(2, MODELS["H100"]), FIELDS, attributor=StaticAttributor())
     s = c.cycle()
     assert s.allocations[0].container.pod == "p"
-    assert s.attribution_status == "unavailable: kubelet down"
+    assert str(s.attribution_status) == "unavailable: kubelet down"
     assert dict(s.errors_total)["kubelet"] == 1
     assert s.stage("attribution").ok is False  # type: ignore[union-attr]
     assert len(s.samples) == 2  # GPU metrics keep flowing
@@ -84,5 +85,5 @@ def test_a_raising_attributor_does_not_stop_collection() -> None:
                   attributor=StaticAttributor(fail=True))
     s = c.cycle()
     assert len(s.samples) == 1 and s.allocations == ()
-    assert s.attribution_status.startswith("unavailable:")
+    assert s.attribution_status.unavailable
     assert dict(s.errors_total)["attribution"] == 1

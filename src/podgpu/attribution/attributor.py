@@ -31,6 +31,7 @@ from podgpu.attribution.kubelet import (
 from podgpu.attribution.podwatch import PodIndex, PodWatcher
 from podgpu.errors import ConfigError
 from podgpu.model import Allocation, Device, GpuProcess
+from podgpu.model.status import OK, StageStatus
 from podgpu.settings import KubernetesSettings
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class KubeletAttributor:
             log.exception("attribution failed")
             return Attribution(
                 processes=processes,
-                status=f"unavailable: {type(exc).__name__}: {exc}",
+                status=StageStatus.failed(f"{type(exc).__name__}: {exc}"),
                 errors=(("attribution", 1),),
             )
 
@@ -105,13 +106,13 @@ class KubeletAttributor:
         state = self._kubelet.state
         pods = self._watcher.index if self._watcher is not None else self._no_pods
         allocs: tuple[Allocation, ...] = ()
-        status = "ok" if state.ok else f"unavailable: {state.reason}"
+        status = OK if state.ok else StageStatus.failed(state.reason)
         if state.ok and self._stale_after is not None:
             age = self._clock() - state.fetched_at
             if age > self._stale_after:  # the poll is stuck: old pod labels are worse than none
-                status = (f"unavailable: stale: the last kubelet answer is {age:.1f} s old "
-                          f"(limit {self._stale_after:g} s)")
-        if status == "ok":
+                status = StageStatus.failed(f"stale: the last kubelet answer is {age:.1f} s "
+                                            f"old (limit {self._stale_after:g} s)")
+        if status.ok:
             allocs = self._allocations(devices, state.entries, pods)
         pids = [p.pid for p in processes if p.container is None]
         identities = self._cgroups.resolve(pids) if pids else {}

@@ -11,20 +11,21 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from podgpu.model import Allocation, Device, GpuProcess
+from podgpu.model.status import OK, StageStatus
 
 
 @dataclass(frozen=True, slots=True)
 class Attribution:
     """One cycle's attribution result.
 
-    `status` is 'ok' or 'unavailable: <why>' (shown by /health as `kubelet: ...`);
+    `status` is ok, or unavailable with the reason (shown by /health as `kubelet: ...`);
     `errors` counts new failures since the previous call per source ('kubelet', 'cgroups',
     'podwatch') and feeds podgpu_collect_errors_total{source}.
     """
 
     allocations: tuple[Allocation, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
-    status: str = "ok"
+    status: StageStatus = OK
     errors: tuple[tuple[str, int], ...] = ()
 
 

@@ -49,7 +49,7 @@ def health(published: Published | None, now: float, interval: float, backend: st
         warnings.append("no GPU devices")
     for dev, why in snap.lost_devices:
         warnings.append(f"{dev}: {why}")
-    if snap.attribution_status.startswith("unavailable"):
+    if snap.attribution_status.unavailable:
         warnings.append(f"kubelet {snap.attribution_status}")
     failing = bool(reasons) or (strict and bool(warnings) and not
                                 all(w.startswith("kubelet ") for w in warnings))
@@ -62,7 +62,7 @@ def health(published: Published | None, now: float, interval: float, backend: st
         "devices": live,
         "lost_devices": [d for d, _ in snap.lost_devices],
         "last_collect_age_seconds": round(age, 3),
-        "kubelet": snap.attribution_status,
+        "kubelet": str(snap.attribution_status),
         "cycle": snap.cycle,
     }
     return (503 if failing else 200), body

@@ -3,6 +3,7 @@
 from podgpu.model.device import Device, LabeledValue, Sample
 from podgpu.model.pods import Allocation, ContainerRef, GpuProcess
 from podgpu.model.snapshot import Snapshot, StageResult
+from podgpu.model.status import StageStatus
 
 __all__ = [
     "Allocation",
@@ -13,4 +14,5 @@ __all__ = [
     "Sample",
     "Snapshot",
     "StageResult",
+    "StageStatus",
 ]

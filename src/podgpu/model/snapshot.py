@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from podgpu.model.device import Device, Sample
 from podgpu.model.pods import Allocation, GpuProcess
+from podgpu.model.status import DISABLED, StageStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +33,8 @@ class Snapshot:
     allocations: tuple[Allocation, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
     lost_devices: tuple[tuple[str, str], ...] = ()
-    attribution_status: str = "disabled"
-    """'disabled', 'ok', or 'unavailable: <why>' for the kubelet PodResources source."""
+    attribution_status: StageStatus = DISABLED
+    """The kubelet PodResources source: ok, disabled (no -k, no scenario) or unavailable."""
     errors_total: tuple[tuple[str, int], ...] = ()
     """Cumulative collection errors per source since start (podgpu_collect_errors_total)."""
     cycle: int = 0

@@ -5,6 +5,7 @@ from dataclasses import replace
 from podgpu.http.health import health, stale_after
 from podgpu.http.publish import Published
 from podgpu.model import Snapshot, StageResult
+from podgpu.model.status import StageStatus
 from tests.unit.sinks.golden import simulated_snapshot
 
 
@@ -78,7 +79,7 @@ def test_partial_backend_failure_is_a_warning_not_a_failure() -> None:
 def test_kubelet_unavailable_does_not_fail_health() -> None:
     snap = simulated_snapshot(1)
     snap = Snapshot(taken_at=snap.taken_at, samples=snap.samples, stages=snap.stages,
-                    attribution_status="unavailable: socket missing")
+                    attribution_status=StageStatus.failed("socket missing"))
     code, body = health(pub(snap), snap.taken_at, 1.0, "simulated")
     assert code == 200 and body["kubelet"] == "unavailable: socket missing"
     assert body["status"] == "degraded" and body["warnings"] == [

@@ -25,7 +25,7 @@ def test_default_scenario_one_exclusive_two_sharing_one_idle(clock: FakeClock) -
     assert attributor is not None
     reading = backend.read(FIELDS, processes=True)
     result = attributor.attribute(devs, reading.processes)
-    assert result.status == "ok"
+    assert result.status.ok
     holders = {d.index: [(a.container.pod, a.replica) for a in result.allocations
                          if a.device_key == d.key] for d in devs}
     assert holders == {0: [("train-0", None)], 1: [("infer-a", 0), ("infer-b", 1)], 2: [], 3: []}

@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import datetime as dt
 from html import escape
-from typing import Any
 
 from podgpu.sinks.live import fmt
+from podgpu.sinks.live.schema import DeviceView, PodView, SnapshotView
 
 
 def _e(v: object) -> str:
     return escape(str(v), quote=True)
 
 
-def _holders(dev: dict[str, Any]) -> str:
+def _holders(dev: DeviceView) -> str:
     if not dev["holders"]:
         return "none"
     return ", ".join(f"{h['namespace']}/{h['pod']}" for h in dev["holders"])
 
 
-def _tile(dev: dict[str, Any]) -> str:
+def _tile(dev: DeviceView) -> str:
     mem = fmt.gib(dev["memory_used_bytes"])
     if dev["memory_total_bytes"] is not None:
         mem += f" / {fmt.gib(dev['memory_total_bytes'])}"
@@ -45,7 +45,7 @@ def _tile(dev: dict[str, Any]) -> str:
             '</span> · last 5 min</p></article>')
 
 
-def pod_cells(pod: dict[str, Any]) -> tuple[str, ...]:
+def pod_cells(pod: PodView) -> tuple[str, ...]:
     """The pod table's cells as text; `podgpu top` prints the same cells."""
     return (pod["namespace"], pod["pod"], pod["container"], ",".join(pod["gpus"]),
             fmt.gib(pod["memory_used_bytes"]), fmt.percent(pod["utilization_ratio"]))
@@ -54,21 +54,21 @@ def pod_cells(pod: dict[str, Any]) -> tuple[str, ...]:
 POD_COLUMNS = ("Namespace", "Pod", "Container", "GPUs", "Memory", "Utilization")
 
 
-def sorted_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def sorted_pods(pods: list[PodView]) -> list[PodView]:
     """Busiest first, unknown utilization last, then by name (live.js sorts the same way)."""
-    def key(p: dict[str, Any]) -> tuple[float, str, str, str]:
+    def key(p: PodView) -> tuple[float, str, str, str]:
         u = p["utilization_ratio"]
         return (-(-1.0 if u is None else u), p["namespace"], p["pod"], p["container"])
     return sorted(pods, key=key)
 
 
-def _pod_row(pod: dict[str, Any]) -> str:
+def _pod_row(pod: PodView) -> str:
     cls = ' class="idle"' if pod["idle"] else ""
     cells = "".join(f"<td>{_e(c)}</td>" for c in pod_cells(pod))
     return f"<tr{cls}>{cells}</tr>"
 
 
-def status_line(view: dict[str, Any]) -> str:
+def status_line(view: SnapshotView) -> str:
     taken = dt.datetime.fromtimestamp(view["taken_at"], dt.timezone.utc).strftime(
         "%Y-%m-%d %H:%M:%S UTC")
     h = view["health"]
@@ -76,7 +76,7 @@ def status_line(view: dict[str, Any]) -> str:
     return text + (f": {'; '.join(h['reasons'])}" if h["reasons"] else "")
 
 
-def render_page(view: dict[str, Any]) -> bytes:
+def render_page(view: SnapshotView) -> bytes:
     tiles = "".join(_tile(d) for d in view["devices"]) or "<p>No GPU devices.</p>"
     rows = "".join(_pod_row(p) for p in sorted_pods(view["pods"]))
     head = "".join(f"<th>{c}</th>" for c in POD_COLUMNS)

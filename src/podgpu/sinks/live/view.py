@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from podgpu.model import Allocation, ContainerRef, Device, Sample, Snapshot
+from podgpu.sinks.live.schema import DeviceView, HealthView, PodView, SnapshotView
 
 SCHEMA = "podgpu.snapshot/v1"
 MIB = 1 << 20
@@ -103,11 +104,11 @@ def _usage(snapshot: Snapshot, sample: Sample, holders: dict[Holder, Allocation]
     return {h: (None, None) for h in holders}, "unknown"
 
 
-def build_view(snapshot: Snapshot, opts: ViewOptions) -> dict[str, Any]:
-    """The schema-v1 document for one snapshot (docs/live.md lists every key)."""
+def build_view(snapshot: Snapshot, opts: ViewOptions) -> SnapshotView:
+    """The schema-v1 document for one snapshot (docs/live.md lists every key; schema.py types)."""
     by_dev = _holders(snapshot.allocations)
-    devices: list[dict[str, Any]] = []
-    pods: dict[Holder, dict[str, Any]] = {}
+    devices: list[DeviceView] = []
+    pods: dict[Holder, _PodRow] = {}
     for sample in snapshot.samples:
         dev = sample.device
         holders = by_dev.get(dev.key, {})
@@ -132,48 +133,61 @@ def build_view(snapshot: Snapshot, opts: ViewOptions) -> dict[str, Any]:
             continue
         usage, source = _usage(snapshot, sample, holders)
         for h, alloc in holders.items():
-            row = pods.setdefault(h, {
-                "namespace": h[0], "pod": h[1], "container": h[2],
-                "pod_uid": alloc.container.pod_uid, "labels": dict(alloc.container.pod_labels),
-                "gpus": [], "devices": [], "_mem": [], "_util": [], "sources": []})
-            row["gpus"].append(gpu_label(dev))
-            row["devices"].append(dev.key)
-            row["_mem"].append(usage[h][0])
-            row["_util"].append(usage[h][1])
-            if source not in row["sources"]:
-                row["sources"].append(source)
+            row = pods.setdefault(h, _PodRow(alloc.container.pod_uid,
+                                             dict(alloc.container.pod_labels)))
+            row.gpus.append(gpu_label(dev))
+            row.devices.append(dev.key)
+            row.mem.append(usage[h][0])
+            row.util.append(usage[h][1])
+            if source not in row.sources:
+                row.sources.append(source)
     return {
         "schema": SCHEMA, "node": opts.node, "backend": opts.backend, "version": opts.version,
         "interval_seconds": opts.interval_seconds, "taken_at": snapshot.taken_at,
         "cycle": snapshot.cycle, "health": _health(snapshot),
-        "devices": devices, "pods": [_finish(pods[h]) for h in sorted(pods)],
+        "devices": devices, "pods": [_finish(h, pods[h]) for h in sorted(pods)],
     }
 
 
-def _finish(row: dict[str, Any]) -> dict[str, Any]:
+@dataclass(slots=True)
+class _PodRow:
+    """One container's devices and per-device usage while the view is built."""
+
+    pod_uid: str
+    labels: dict[str, str]
+    gpus: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    mem: list[int | None] = field(default_factory=list)
+    util: list[float | None] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+
+def _finish(h: Holder, row: _PodRow) -> PodView:
     """Totals over a container's devices: memory summed, utilization the mean over its GPUs
     (so 1.0 means every GPU it holds is fully busy); unknown when any part is unknown."""
-    mems, utils = row.pop("_mem"), row.pop("_util")
-    row["memory_used_bytes"] = None if None in mems else sum(mems)
-    row["utilization_ratio"] = None if None in utils else sum(utils) / len(utils)
-    row["idle"] = row["utilization_ratio"] is not None and row["utilization_ratio"] < IDLE_BELOW
-    return row
+    mem = None if any(m is None for m in row.mem) else sum(m or 0 for m in row.mem)
+    util = (None if any(u is None for u in row.util)
+            else sum(u or 0.0 for u in row.util) / len(row.util))
+    return {"namespace": h[0], "pod": h[1], "container": h[2], "pod_uid": row.pod_uid,
+            "labels": row.labels, "gpus": row.gpus, "devices": row.devices,
+            "sources": row.sources, "memory_used_bytes": mem, "utilization_ratio": util,
+            "idle": util is not None and util < IDLE_BELOW}
 
 
-def _health(snapshot: Snapshot) -> dict[str, Any]:
+def _health(snapshot: Snapshot) -> HealthView:
     """What this cycle says about itself. /health adds freshness (it knows the current time);
     clients of the view judge freshness from `taken_at`."""
     reasons = [f"{s.name}: {s.error or 'failed'}" for s in snapshot.stages if not s.ok]
     reasons += [f"{d}: {why}" for d, why in snapshot.lost_devices
                 if not any(d in r for r in reasons)]
-    if snapshot.attribution_status.startswith("unavailable"):
+    if snapshot.attribution_status.unavailable:
         reasons.append(f"kubelet {snapshot.attribution_status}")
     if not snapshot.samples and not snapshot.lost_devices:
         reasons.append("no GPU devices")
     return {
         "status": "degraded" if reasons else "ok",
         "reasons": reasons,
-        "attribution": snapshot.attribution_status,
+        "attribution": str(snapshot.attribution_status),
         "lost_devices": [{"device": d, "reason": why} for d, why in snapshot.lost_devices],
         "stages": [{"name": s.name, "ok": s.ok, "seconds": round(s.duration_seconds, 6),
                     "error": s.error} for s in snapshot.stages],

@@ -7,6 +7,7 @@ import json
 import math
 
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess, Sample, Snapshot, StageResult
+from podgpu.model.status import OK, StageStatus
 from podgpu.sinks.live import render_json
 from podgpu.sinks.live.view import IDLE_BELOW, SCHEMA, ViewOptions, build_view
 
@@ -162,12 +163,12 @@ def test_pod_labels_and_uid_from_the_allocation() -> None:
 
 def test_health_reasons() -> None:
     d = dev(0)
-    ok = build_view(Snapshot(1.0, (sample(d, 1),), attribution_status="ok",
+    ok = build_view(Snapshot(1.0, (sample(d, 1),), attribution_status=OK,
                              stages=(StageResult("backend", 0.001, True),)), OPTS)["health"]
     assert ok["status"] == "ok" and ok["reasons"] == [] and ok["attribution"] == "ok"
     assert ok["stages"] == [{"name": "backend", "ok": True, "seconds": 0.001, "error": ""}]
     bad = build_view(Snapshot(
-        1.0, (sample(d, 1),), attribution_status="unavailable: connection refused",
+        1.0, (sample(d, 1),), attribution_status=StageStatus.failed("connection refused"),
         stages=(StageResult("backend", 0.1, False, "GPU 1: fell off the bus"),),
         lost_devices=(("GPU 1", "fell off the bus"),)), OPTS)["health"]
     assert bad["status"] == "degraded"
