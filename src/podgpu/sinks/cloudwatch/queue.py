@@ -103,12 +103,14 @@ class EventQueue:
             self.accepted += n
             self.dropped += n
 
-    def drop_all(self) -> int:
-        """At a shutdown without a spool: give up everything queued, counted; returns how many."""
+    def drop_unspooled(self) -> int:
+        """At shutdown: give up, counted, every queued event that is not in a spool file (all of
+        them without a spool; those whose write failed with one). Returns how many."""
         with self._lock:
-            n = sum(len(s.events) - s.sent for s in self._segments)
-            self._segments.clear()
-            self._bytes = 0
+            gone = [s for s in self._segments if s.path is None]
+            n = sum(len(s.events) - s.sent for s in gone)
+            self._segments = deque(s for s in self._segments if s.path is not None)
+            self._bytes = sum(s.bytes_left for s in self._segments)
             self.dropped += n
             return n
 

@@ -135,18 +135,21 @@ class Sender:
         return body
 
     def finish(self, *, spooled: bool) -> int:
-        """At shutdown, after the last sends: what is still queued stays in the spool, or is
-        counted as dropped; one log line adds everything up. Returns the events left."""
+        """At shutdown, after the last sends: what is still queued stays in the spool (when its
+        file was written), or is counted as dropped; one log line adds everything up. Returns
+        the events left unsent. (`spooled` is the caller's view; the queue knows per segment
+        whether its file was written.)"""
+        del spooled
         left = len(self._queue)
-        if left and not spooled:
-            self._queue.drop_all()
+        lost = self._queue.drop_unspooled() if left else 0
+        kept = left - lost
         s = self.stats()
-        where = "kept in the spool" if spooled else "dropped at shutdown"
+        parts = [f"{kept} kept in the spool"] if kept else []
+        parts += [f"{lost} dropped at shutdown"] if lost else []
         log.log(logging.WARNING if left else logging.INFO,
                 "EMF at shutdown: %d event(s) queued in all = %d sent + %d rejected + %d dropped"
-                "%s; %d unsent (%s)", s.accepted, s.sent, s.rejected,
-                s.dropped - (0 if spooled else left),
-                f" + {left} {where}" if left else "", left, where)
+                "%s; %d unsent", s.accepted, s.sent, s.rejected, s.dropped - lost,
+                "".join(f" + {p}" for p in parts), left)
         return left
 
     def pump(self, deadline: float | None = None) -> float | None:

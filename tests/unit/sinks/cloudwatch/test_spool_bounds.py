@@ -117,3 +117,16 @@ def test_a_bad_spool_dir_is_one_config_error(tmp_path: Path, sub: str, why: str)
     with pytest.raises(ConfigError) as info:
         EventQueue(MIB, str(path))
     assert str(info.value).startswith(f"--emf-spool-dir {str(path)!r}: {why}")
+
+
+def test_at_shutdown_events_whose_file_was_not_written_are_counted(tmp_path: Path) -> None:
+    from podgpu.sinks.cloudwatch.sender import Sender
+    from tests.unit.sinks.cloudwatch.test_queue_sender import FakeDestination
+
+    q = EventQueue(MIB, str(tmp_path))
+    q.put(1000, emf(3, "a"))
+    (tmp_path / f"{2000:015d}-{os.getpid()}-{2:06d}.jsonl").mkdir()  # this write fails
+    q.put(2000, emf(2, "b"))
+    assert Sender(FakeDestination(), q).finish(spooled=True) == 5
+    assert q.dropped == 2 and q.accepted == 5 and len(q) == 3
+    assert len(EventQueue(MIB, str(tmp_path))) == 3  # what a restart finds
