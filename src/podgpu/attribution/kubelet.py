@@ -148,6 +148,7 @@ class PodResourcesClient:
         self._channel: Any = None
         self._list: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._calling = threading.Lock()  # one List at a time on the loop, whoever calls
         self._logged_down = False
 
     @property
@@ -210,6 +211,10 @@ class PodResourcesClient:
     def _call_list(self) -> tuple[ContainerDevices, ...]:
         """One `List` on this client's event loop, run to completion on the calling thread (the
         poll thread, or a test's); calls never overlap."""
+        with self._calling:
+            return self._call_list_locked()
+
+    def _call_list_locked(self) -> tuple[ContainerDevices, ...]:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
         reused = self._list is not None
