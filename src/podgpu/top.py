@@ -259,20 +259,25 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0, 1 when --once finds a node dead, 2 on a bad URL or option."""
     try:
         urls = [snapshot_url(u) for u in (args.urls or [DEFAULT_URL])]
-        if args.timeout <= 0 or args.interval < 0 or args.width < 0:
-            raise ConfigError("top: --timeout must be > 0, --interval and --width >= 0")
+        if not (0 < args.timeout <= 3600 and 0 <= args.interval <= 3600
+                and 0 <= args.width <= 10_000):
+            raise ConfigError("top: --timeout must be in (0, 3600], --interval in [0, 3600], "
+                              "--width in [0, 10000]")
     except ConfigError as exc:
         print(f"podgpu: {exc}", file=sys.stderr)
         return 2
     state = TopState(sort=args.sort, filter=args.filter, idle_only=args.idle)
-    with ThreadPoolExecutor(max_workers=min(32, len(urls))) as pool:
-        if args.once:
-            results = poll(urls, args.timeout, pool)
-            width = args.width or (shutil.get_terminal_size((160, 24)).columns
-                                   if sys.stdout.isatty() else 160)
-            sys.stdout.write(plain_text(results, state, time.time(), width))
-            return 1 if any(r.view is None for r in results) else 0
-        return _interactive(urls, args, state, pool)
+    try:
+        with ThreadPoolExecutor(max_workers=min(32, len(urls))) as pool:
+            if args.once:
+                results = poll(urls, args.timeout, pool)
+                width = args.width or (shutil.get_terminal_size((160, 24)).columns
+                                       if sys.stdout.isatty() else 160)
+                sys.stdout.write(plain_text(results, state, time.time(), width))
+                return 1 if any(r.view is None for r in results) else 0
+            return _interactive(urls, args, state, pool)
+    except KeyboardInterrupt:  # Ctrl-C while waiting for nodes: no traceback
+        return 130
 
 
 def _interactive(urls: list[str], args: argparse.Namespace, state: TopState,

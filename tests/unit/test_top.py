@@ -111,3 +111,18 @@ def test_pod_strings_cannot_drive_the_terminal_or_rich_markup() -> None:
     v = view("n", {"[bold red]x[/bold red]": (0.5, GIB)})
     text = plain_text([NodeResult("u", v)], TopState(), now=1000.0, width=160)
     assert "[bold red]x[/bold red]" in text
+
+
+@pytest.mark.parametrize("flags", [["--timeout", "nan"], ["--timeout", "inf"], ["--timeout", "0"],
+                                   ["--interval", "nan"], ["--interval", "-1"],
+                                   ["--width", "1000000000"]])
+def test_out_of_range_flags_are_exit_2(flags: list[str], capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    import argparse
+
+    from podgpu.top import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert run(parser.parse_args(["--once", *flags, "127.0.0.1:1"])) == 2
+    assert capsys.readouterr().err.startswith("podgpu: top: --timeout must be in (0, 3600]")
