@@ -80,11 +80,9 @@ def build_agent(settings: ServeSettings) -> Agent:
 
     for w in settings.warnings:
         log.warning("%s", w)
-    from podgpu.fields.metriclist import describe_source, empty_list_warning
+    from podgpu.fields.metriclist import empty_list_warning
 
     metrics = load_metrics(settings.collect)
-    if settings.collect.configmap is None:
-        log.info("%s", describe_source(list_file(settings.collect), settings.collect.collectors))
     for w in metrics.warnings:
         log.warning("%s", w)
     empty = empty_list_warning(metrics)  # dcgm-exporter starts on such a list (issue 17 item 6)
@@ -136,6 +134,7 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     from podgpu.attribution.hpcjobs import HpcJobMapper
     from podgpu.collect import CollectLoop, Collector
     from podgpu.fields.listfollow import ListFollower
+    from podgpu.fields.metriclist import describe_source
     from podgpu.http.guard import ConnectionGuard, Limits
     from podgpu.http.publish import Publisher
     from podgpu.http.server import make_app, serve_until_stopped
@@ -164,6 +163,8 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
              ("python_version", sys.version.split()[0]))
     c = settings.collect
     followed = list_file(c)
+    if c.configmap is None:  # logged once everything is validated: a bad input stays one line
+        log.info("%s", describe_source(followed, c.collectors))
     lists = MetricListSwitch(agent.metrics, (lambda: load_metrics(c))
                              if followed is not None or c.configmap is not None else None)
     follower = ListFollower(followed, lists.request, poll_seconds=c.list_poll_seconds
