@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
+from podgpu.options import Option, go_flags, go_int, new_parser, resolve
+
 DEFAULT_ON = 20.0
 DEFAULT_OFF = 20.0
 DEFAULT_SIZE = 8192
@@ -126,17 +128,38 @@ def parse_gpus(text: str, count: int) -> list[int]:
     return sorted(set(picked))
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--on", type=float, default=DEFAULT_ON, metavar="S",
-                        help="seconds of full load per cycle (default %(default)s)")
-    parser.add_argument("--off", type=float, default=DEFAULT_OFF, metavar="S",
-                        help="idle seconds per cycle (default %(default)s)")
-    parser.add_argument("--duration", type=float, default=None, metavar="S",
-                        help="stop after S seconds (default: run until interrupted)")
-    parser.add_argument("--gpus", default="all", metavar="all|0,1",
-                        help="GPUs to load (default %(default)s)")
-    parser.add_argument("--size", type=int, default=DEFAULT_SIZE, metavar="N",
-                        help="matrix size N for the N x N fp32 products (default %(default)s)")
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"expected seconds, got {text!r}") from None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(("--on",), "on", None, DEFAULT_ON, "seconds of full load per cycle", _seconds,
+           metavar="S"),
+    Option(("--off",), "off", None, DEFAULT_OFF, "idle seconds per cycle", _seconds,
+           metavar="S"),
+    Option(("--duration",), "duration", None, None, "stop after S seconds", _seconds,
+           metavar="S", shown="run until interrupted"),
+    Option(("--gpus",), "gpus", None, "all", "GPUs to load", metavar="all|0,1"),
+    Option(("--size",), "size", None, DEFAULT_SIZE,
+           "matrix size N for the N x N fp32 products", go_int, metavar="N"),
+)
+"""`podgpu burn`'s flags (podgpu.options, the engine every command uses)."""
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Flags -> the namespace `run` reads; ConfigError (exit 2) on a value that is no number."""
+    parser = new_parser("podgpu burn", __doc__, OPTIONS,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    return argparse.Namespace(**resolve(parser.parse_args(go_flags(list(argv), OPTIONS)),
+                                        OPTIONS, {}).values)
+
+
+def main(argv: Sequence[str]) -> int:
+    """`podgpu burn [flags]`."""
+    return run(parse_args(argv))
 
 
 class _Bar:

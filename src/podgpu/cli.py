@@ -37,7 +37,7 @@ class Command(NamedTuple):
 COMMANDS: dict[str, Command] = {
     "serve": Command("podgpu.agent:main", "collect GPU metrics and serve /metrics (default)"),
     "fields": Command("podgpu.fields.listing:main", "list every DCGM field podgpu can export"),
-    "burn": Command("podgpu.burn", "GPU load generator (gpu-burn pattern)", parser=True),
+    "burn": Command("podgpu.burn:main", "GPU load generator (gpu-burn pattern)"),
     "top": Command("podgpu.top", "GPUs and pods of one or many nodes in the terminal",
                    parser=True, extra="top"),
     "emf": Command("podgpu.bridge.run:main",
@@ -87,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     name, rest = args[0], args[1:]
     if name in DAEMONS:  # first, before any slow import (issue 19 item 4)
         signal.signal(signal.SIGHUP, _ignore_sighup)
+    elif argv is None and hasattr(signal, "SIGPIPE"):  # `podgpu plan | head`: end quietly
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     cmd = COMMANDS.get(name)
     if cmd is None:
         build_parser().parse_args(args)  # --help, --version, or a usage error (exit 2)

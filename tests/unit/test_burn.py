@@ -29,9 +29,7 @@ class FakeEngine:
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    burn.add_arguments(p)
-    return p.parse_args(list(argv))
+    return burn.parse_args(argv)
 
 
 def test_defaults_match_the_seed_pattern() -> None:

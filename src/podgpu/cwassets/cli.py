@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from collections.abc import Sequence
 from importlib import resources
 
+from podgpu.config.values import choice
 from podgpu.cwassets.alarms import alarms
 from podgpu.cwassets.dashboard import dashboard
 from podgpu.errors import ConfigError
+from podgpu.options import Option, go_flags, go_int, new_parser, resolve
 from podgpu.sinks.cloudwatch.declarations import EmfConfig, load_emf_config, parse_emf_config
 
 _SAFE = re.compile(r"[A-Za-z0-9._\-]+")
@@ -25,22 +26,61 @@ def _config(path: str | None) -> EmfConfig:
     return parse_emf_config(text, "the seed's cwagent-config.json")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--cloudwatch-config", metavar="FILE",
-                   help="the CloudWatch agent config podgpu sends with (default: the seed's)")
-    p.add_argument("--cluster-name", default="",
-                   help="only this ClusterName (default: every cluster in the namespace)")
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+COMMON: tuple[Option, ...] = (
+    Option(("--cloudwatch-config",), "cloudwatch_config", None, None,
+           "the CloudWatch agent config podgpu sends with", metavar="FILE", shown="the seed's"),
+    Option(("--cluster-name",), "cluster_name", None, "",
+           "only this ClusterName", metavar="NAME", shown="every cluster in the namespace"),
     # what podgpu sends with (issue 18): the assets follow the same identity
-    p.add_argument("--emf-identity", choices=("agent", "workload"),
-                   default=os.environ.get("PODGPU_EMF_IDENTITY", "agent"),
-                   help="as podgpu serve's --emf-identity (default agent)")
-    p.add_argument("--emf-namespace", metavar="NAME", default=os.environ.get("POD_NAMESPACE", ""),
-                   help="as serve's: the namespace podgpu runs in (default $POD_NAMESPACE)")
-    p.add_argument("--emf-job", metavar="NAME",
-                   default=os.environ.get("PODGPU_EMF_JOB", "kubernetes-service-endpoints"),
-                   help="as serve's --emf-job (default kubernetes-service-endpoints)")
-    p.add_argument("--emf-label", action="append", default=[], metavar="KEY=VALUE",
-                   help="as serve's --emf-label, repeatable (e.g. Service=nvidia-dcgm-exporter)")
+    Option(("--emf-identity",), "emf_identity", "PODGPU_EMF_IDENTITY", "agent",
+           "as podgpu serve's --emf-identity", choice("agent", "workload"),
+           metavar="agent|workload"),
+    Option(("--emf-namespace",), "emf_namespace", "POD_NAMESPACE", "",
+           "as serve's: the namespace podgpu runs in", metavar="NAME", shown="unset"),
+    Option(("--emf-job",), "emf_job", "PODGPU_EMF_JOB", "kubernetes-service-endpoints",
+           "as serve's --emf-job", metavar="NAME"),
+    Option(("--emf-label",), "emf_label", None, None,
+           "as serve's --emf-label, repeatable (e.g. Service=nvidia-dcgm-exporter)",
+           metavar="KEY=VALUE", append=True),
+)
+DASHBOARD: tuple[Option, ...] = (
+    *COMMON,
+    Option(("--region",), "region", "AWS_REGION", "us-east-1", "the region the graphs read",
+           metavar="REGION"),
+    Option(("--period",), "period", None, 60, "seconds per point", go_int, metavar="SECONDS"),
+)
+ALARMS: tuple[Option, ...] = (
+    *COMMON,
+    Option(("--expected-gpus",), "expected_gpus", None, None,
+           "GPUs that should report (makes the lost-GPU alarm)", go_int, metavar="N"),
+    Option(("--samples-per-minute",), "samples_per_minute", None, 60,
+           "samples per GPU per minute: 60000 / podgpu's -c in ms; with `podgpu emf`, "
+           "60 / --scrape-interval", go_int, metavar="N"),
+    Option(("--idle-percent",), "idle_percent", None, 1.0,
+           "at most this much use counts as idle", _float, metavar="PERCENT"),
+    Option(("--alarm-prefix",), "alarm_prefix", None, "podgpu", "alarm name prefix",
+           metavar="PREFIX"),
+    Option(("--alarm-action",), "alarm_action", None, None,
+           "SNS topic or other action ARN, repeatable", metavar="ARN", append=True),
+)
+"""The two commands' flags (podgpu.options, the engine every command uses)."""
+
+
+def parse_args(command: str, argv: Sequence[str]) -> argparse.Namespace:
+    options = DASHBOARD if command == "cloudwatch-dashboard" else ALARMS
+    parser = new_parser(f"podgpu {command}", None, options)
+    values = resolve(parser.parse_args(go_flags(list(argv), options)), options).values
+    for dest in ("emf_label", "alarm_action"):  # repeatable: a list, as before
+        if dest in values:
+            values[dest] = values[dest].split(",") if values[dest] else []
+    return argparse.Namespace(**values)
 
 
 def _constant(args: argparse.Namespace) -> dict[str, str]:
@@ -61,24 +101,7 @@ def _constant(args: argparse.Namespace) -> dict[str, str]:
 
 
 def main(command: str, argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog=f"podgpu {command}")
-    _common(p)
-    if command == "cloudwatch-dashboard":
-        p.add_argument("--region", default=os.environ.get("AWS_REGION", "us-east-1"),
-                       help="the region the graphs read (default $AWS_REGION or us-east-1)")
-        p.add_argument("--period", type=int, default=60, help="seconds per point (default 60)")
-    else:
-        p.add_argument("--expected-gpus", type=int, metavar="N",
-                       help="GPUs that should report (makes the lost-GPU alarm)")
-        p.add_argument("--samples-per-minute", type=int, default=60,
-                       help="samples per GPU per minute: 60 / podgpu's collect interval in s "
-                       "(default 60); with `podgpu emf`, 60 / --scrape-interval")
-        p.add_argument("--idle-percent", type=float, default=1.0,
-                       help="at most this much use counts as idle (default 1)")
-        p.add_argument("--alarm-prefix", default="podgpu", help="alarm name prefix")
-        p.add_argument("--alarm-action", action="append", default=[], metavar="ARN",
-                       help="SNS topic or other action ARN, repeatable")
-    args = p.parse_args(list(argv))
+    args = parse_args(command, argv)
     try:
         if args.cluster_name and not _SAFE.fullmatch(args.cluster_name):
             raise ConfigError(f"--cluster-name {args.cluster_name!r}: letters, digits, '.', '_' "

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
+from podgpu.config.values import choice
 from podgpu.errors import ConfigError
+from podgpu.options import Option, go_flags, go_int, go_ms, new_parser, resolve
 from podgpu.plan.model import (
     DEFAULT_INGEST_PER_GB,
     DEFAULT_METRIC_TIERS,
@@ -28,36 +29,68 @@ TITLES = {"agent": "seed: central agent", "podgpu-60s": "podgpu EMF, 60 s",
           "podgpu-1s": "podgpu EMF, 1 s arrays"}
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=int, default=100, help="GPU nodes (default 100)")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
-    p.add_argument("--gpu-model", default="H100",
-                   help="H100, H200, A100 or A10G: which fields exist (default H100)")
-    p.add_argument("--sharing", default="none", choices=SHARING,
-                   help="none: one pod per GPU; time-slicing or mig: --pods-per-gpu pods share it")
-    p.add_argument("--pods-per-gpu", type=int, default=1, help="pods per GPU (default 1)")
-    p.add_argument("--churn-per-day", type=float, default=0.0,
-                   help="pods replaced by newly named pods per day, cluster-wide (default 0)")
-    p.add_argument("--cloudwatch-config", metavar="FILE",
-                   help="CloudWatch agent config with the declarations (default: the seed's)")
-    p.add_argument("--cluster-name", default="my-cluster", help="ClusterName (default my-cluster)")
-    p.add_argument("--emf-label", action="append", metavar="KEY=VALUE",
-                   help="labels as `podgpu serve --emf-label` (default with the seed's config: "
-                   "Service=nvidia-dcgm-exporter, which its declaration matches)")
-    p.add_argument("--emf-interval", type=float, default=60.0, help="EMF interval s (default 60)")
-    p.add_argument("--collect-interval", type=float, default=1.0,
-                   help="podgpu's collection interval s: samples per EMF interval (default 1)")
-    p.add_argument("--agent-scrape-interval", type=float, default=60.0,
-                   help="the central agent's scrape interval s (default 60)")
-    p.add_argument("--scrape-interval", type=float, default=15.0,
-                   help="Prometheus' scrape interval s, for the Prometheus side (default 15)")
-    p.add_argument("--metric-prices", metavar="P1,P2,P3,P4",
-                   help="$ per custom metric-month in the tiers 10k, 240k, 750k, rest (default "
-                   f"{','.join(f'{p:g}' for _, p in DEFAULT_METRIC_TIERS)}: {PRICES_REGION} "
-                   f"list prices as of {PRICES_AS_OF})")
-    p.add_argument("--ingest-price", type=float, default=DEFAULT_INGEST_PER_GB,
-                   help=f"$ per GB of log ingestion (default {DEFAULT_INGEST_PER_GB:g})")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(("--nodes",), "nodes", None, 100, "GPU nodes", go_int, metavar="N"),
+    Option(("--gpus-per-node",), "gpus_per_node", None, 8, "GPUs per node", go_int, metavar="N"),
+    Option(("--gpu-model",), "gpu_model", None, "H100",
+           "H100, H200, A100 or A10G: which fields exist", metavar="MODEL"),
+    Option(("--sharing",), "sharing", None, "none",
+           "none: one pod per GPU; time-slicing or mig: --pods-per-gpu pods share it",
+           choice(*SHARING), metavar="|".join(SHARING)),
+    Option(("--pods-per-gpu",), "pods_per_gpu", None, 1, "pods per GPU", go_int, metavar="N"),
+    Option(("--churn-per-day",), "churn_per_day", None, 0.0,
+           "pods replaced by newly named pods per day, cluster-wide", _float, metavar="N"),
+    Option(("--cloudwatch-config",), "cloudwatch_config", None, None,
+           "CloudWatch agent config with the declarations", metavar="FILE",
+           shown="the seed's"),
+    Option(("--cluster-name",), "cluster_name", None, "my-cluster", "ClusterName",
+           metavar="NAME"),
+    Option(("--emf-label",), "emf_label", None, None,
+           "labels as `podgpu serve --emf-label` (repeatable)", metavar="KEY=VALUE",
+           append=True, shown="with the seed's config Service=nvidia-dcgm-exporter, which its "
+           "declaration matches"),
+    Option(("--emf-interval",), "emf_interval", None, 60.0, "EMF interval in seconds (serve's "
+           "--emf-interval)", _float, metavar="SECONDS"),
+    Option(("--collect-interval",), "collect_interval_ms", None, 1000,
+           "podgpu's collection interval in milliseconds, as serve's -c: samples per EMF "
+           "interval", go_ms, metavar="MS"),
+    Option(("--agent-scrape-interval",), "agent_scrape_interval", None, 60.0,
+           "the central agent's scrape interval in seconds", _float, metavar="SECONDS"),
+    Option(("--scrape-interval",), "scrape_interval", None, 15.0,
+           "Prometheus' scrape interval in seconds, for the Prometheus side", _float,
+           metavar="SECONDS"),
+    Option(("--metric-prices",), "metric_prices", None, None,
+           "$ per custom metric-month in the tiers 10k, 240k, 750k, rest", metavar="P1,P2,P3,P4",
+           shown=f"{','.join(f'{p:g}' for _, p in DEFAULT_METRIC_TIERS)}: {PRICES_REGION} list "
+           f"prices as of {PRICES_AS_OF}"),
+    Option(("--ingest-price",), "ingest_price", None, DEFAULT_INGEST_PER_GB,
+           "$ per GB of log ingestion", _float, metavar="PRICE"),
+    Option(("--format",), "format", None, "table", "table or json", choice("table", "json"),
+           metavar="table|json"),
+)
+"""`podgpu plan`'s flags (podgpu.options: one engine for every command). Units as serve's:
+--collect-interval in milliseconds like -c, every other duration in seconds."""
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Flags -> the namespace `build` reads; ConfigError (exit 2) on a bad value."""
+    parser = new_parser("podgpu plan", "What per-pod GPU metrics of a cluster cost in "
+                        "CloudWatch (custom metrics, PutLogEvents bytes and requests, dollars) "
+                        "three ways, and what they weigh in Prometheus.", OPTIONS)
+    values = resolve(parser.parse_args(go_flags(list(argv), OPTIONS)), OPTIONS, {}).values
+    ms = values.pop("collect_interval_ms")
+    if not 1 <= ms <= 3_600_000:
+        raise ConfigError(f"--collect-interval {ms}: milliseconds in 1..3600000, as serve's -c")
+    emf_label = values.pop("emf_label")
+    return argparse.Namespace(collect_interval=ms / 1000.0,
+                              emf_label=emf_label.split(",") if emf_label else None, **values)
 
 
 def _prices(args: argparse.Namespace) -> Prices:
@@ -184,16 +217,8 @@ def table(e: Estimate) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="podgpu plan", description="What per-pod GPU metrics of a cluster cost in "
-        "CloudWatch (custom metrics, PutLogEvents bytes and requests, dollars) three ways, and "
-        "what they weigh in Prometheus.")
-    add_arguments(parser)
-    args = parser.parse_args(list(argv))
-    try:
-        e = build(args)
-    except ConfigError as exc:
-        print(f"podgpu plan: {exc}", file=sys.stderr)
-        return 2
+    """`podgpu plan [flags]`; errors reach cli.main's one exit-status mapping."""
+    args = parse_args(argv)
+    e = build(args)
     print(json.dumps(as_dict(e), indent=2) if args.format == "json" else table(e))
     return 0
