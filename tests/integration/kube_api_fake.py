@@ -43,6 +43,9 @@ class FakeKubeApi:
         self.on_unauthorized: Callable[[], None] | None = None
         """Called before a 401 is answered (a test rotates the token file there)."""
         self.gone_below = 0
+        self.silent_watches = False
+        """Watches answer their headers, then send nothing and never end (a half-open
+        connection or a hung API server): only the client's read timeout gets it out."""
         """A watch from a resourceVersion below this is answered HTTP 410 Gone."""
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
         """(namespace, name) -> data, served at /api/v1/namespaces/NS/configmaps/NAME."""
@@ -213,6 +216,8 @@ class FakeKubeApi:
                 self.end_headers()
                 deadline = time.monotonic() + timeout
                 try:
+                    while api.silent_watches:
+                        time.sleep(0.05)
                     while time.monotonic() < deadline:
                         try:
                             ev = q.get(timeout=0.05)

@@ -204,3 +204,25 @@ def test_ipv6_api_address_over_tls_with_the_service_account(tmp_path: Path) -> N
         assert json.loads(json.dumps(fake.auth)) == ["Bearer tok-6"]
     finally:
         fake.stop()
+
+
+def test_a_silent_watch_is_cut_at_its_read_timeout_and_reopened(api: FakeKubeApi,
+                                                                 tmp_path: Path) -> None:
+    """The server-side timeout (1 s here) plus the read margin (1 s) bounds how long a watch
+    that receives nothing is trusted; then the watch is counted as failed and re-listed."""
+    api.put(pod("u1", "ml", "a"))
+    api.silent_watches = True
+    w = PodWatcher("n1", configuration=KubeConfig(api.url, token_file=str(sa_dir(tmp_path) / "token")),
+                   watch_timeout_seconds=1, watch_read_margin_seconds=1.0,
+                   max_backoff_seconds=0.2)
+    w.start()
+    try:
+        wait_for(lambda: w.errors >= 1, timeout=10)
+        assert "TimeoutError" in w._last_error or "timed out" in w._last_error, w._last_error
+        api.silent_watches = False
+        api.put(pod("u2", "ml", "b"))
+        wait_for(lambda: set(w.index.by_uid) == {"u1", "u2"}, timeout=15)
+        assert len(api.list_requests()) >= 2  # re-listed after the cut watch
+    finally:
+        api.silent_watches = False
+        w.close()

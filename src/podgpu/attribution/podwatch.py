@@ -145,9 +145,11 @@ class PodWatcher:
         configuration: KubeConfig | None = None,
         environ: Mapping[str, str] | None = None,
         watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
+        watch_read_margin_seconds: float = WATCH_READ_MARGIN_SECONDS,
         max_backoff_seconds: float = MAX_BACKOFF_SECONDS,
     ) -> None:
         self._node = node_name or ""
+        self._read_margin = watch_read_margin_seconds
         self._configuration = configuration
         self._environ = environ
         self._watch_timeout = watch_timeout_seconds
@@ -265,7 +267,7 @@ class PodWatcher:
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(self._watch_timeout)}
         try:
             resp = conn.open(PODS_PATH, query,
-                             timeout=self._watch_timeout + WATCH_READ_MARGIN_SECONDS)
+                             timeout=self._watch_timeout + self._read_margin)
         except KubeApiError as exc:
             if exc.status == 410:
                 raise _Gone() from None
