@@ -1,7 +1,8 @@
 """podgpu top: GPUs and pods of one or many podgpu endpoints in the terminal.
 
 Reads each node's `/api/v1/snapshot` (the same document the live page draws), all nodes at once
-with a per-node timeout, so one dead node costs at most --timeout and is shown as dead. Pods are
+with a per-node timeout, so one dead node costs at most --timeout and is shown as dead, and a
+malformed one as bad (topdoc.py bounds, checks and escapes what a node sends). Pods are
 sorted by GPU use; pods that hold a GPU and use under 1 % of it are marked IDLE. `--once`
 prints one plain-text snapshot (scripts, CI logs); otherwise the view refreshes every interval
 and reads keys: s sort, / filter, i idle only, c clear, q quit.
