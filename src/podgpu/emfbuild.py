@@ -62,6 +62,11 @@ def build_emf_sink(settings: EmfSettings, *, node: str,
         log.warning("EMF: no cluster name (--cluster-name): dimension sets naming ClusterName "
                     "are dropped unless the series carry ClusterName")
     builder = series(cluster)
+    if (builder is not None and builder.options.identity == "agent"
+            and not builder.options.namespace
+            and any("Namespace" in d for x in config.declarations for d in x.dimensions)):
+        log.warning("EMF: no POD_NAMESPACE (--emf-namespace): the agent path's Namespace label is "
+                    "missing, so dimension sets naming Namespace are dropped")
     labels = (builder.options.constant_labels() if builder is not None
               else {**(route_labels or {}), "ClusterName": cluster})
     per_event = target.kind in ("tcp", "udp")  # the agent's listener routes each event
