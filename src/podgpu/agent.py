@@ -132,11 +132,13 @@ def run(agent: Agent, *, ready: Callable[[Agent], None] | None = None) -> int:
 def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     from podgpu.accounting import build_accountant, with_accounting_fields
     from podgpu.attribution.hpcjobs import HpcJobMapper
+    from podgpu.backends.driverwait import DriverWait
     from podgpu.collect import CollectLoop, Collector
     from podgpu.fields.listfollow import ListFollower
     from podgpu.fields.metriclist import describe_source
     from podgpu.http.guard import ConnectionGuard, Limits
     from podgpu.http.publish import Publisher
+    from podgpu.http.ready import add_ready_route
     from podgpu.http.server import make_app, serve_until_stopped
     from podgpu.http.stats import HttpStats
     from podgpu.reload import MetricListSwitch, install_sighup
@@ -151,7 +153,7 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     if settings.simulation is not None:
         log.warning("SIMULATED GPU node: %d x %s; these values are not from real GPUs",
                     len(devices), devices[0].model if devices else "?")
-    else:
+    elif devices or not isinstance(backend, DriverWait):  # waiting: DriverWait logs it (issue 22)
         log.info("NVML: %d device(s), driver %s", len(devices), info.get("driver_version"))
     unavailable = backend.unavailable_fields()
     gone = sorted(n for n in unavailable if n in {r.name for r in agent.metrics.metrics})
@@ -222,6 +224,9 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     if security is not None:
         sinks["web_config"] = security.health
     app = make_app(publisher, interval=interval, backend=backend.name, sinks=sinks)
+    # readiness: /health, or 503 while the NVIDIA driver is awaited (issue 22, http/ready.py)
+    add_ready_route(app, publisher, interval=interval, backend=backend.name,
+                    waiting=backend.waiting if isinstance(backend, DriverWait) else lambda: None)
     if security is not None:
         security.install(app)  # every route: basic auth, headers, SANs, rate limit
     install_sighup(app, blocking=[lists.request],
