@@ -216,7 +216,8 @@ def bench_emf(a: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     args = ["serve", "--simulate", "2", "-a", f"127.0.0.1:{port}", "--cloudwatch-config",
             str(SEED), "--cluster-name", "bench", "--aws-region", "us-east-1",
-            "--emf-endpoint-url", peers.url("/trickle"), "--emf-interval", "5"]
+            "--emf-endpoint-url", peers.url("/trickle"), "--emf-interval", "5",
+            "--emf-keep-unmatched"]
     proc = podgpu(args, a.src, a.as_limit_gib, stdout=subprocess.DEVNULL,
                   stderr=subprocess.PIPE, env=CREDS)
     base = f"http://127.0.0.1:{port}"
