@@ -110,6 +110,7 @@ class NvmlBackend:
         """Discovery on each GPU's worker under the read deadline: a GPU whose discovery hangs
         is left undiscovered (reported as not answering) and picked up when its call returns."""
         info = MappingProxyType(dict(self._info))
+        self._views = {}
         self._runners = {i: GpuRunner(lib, i, info=info, retry_seconds=self._retry_seconds,
                                       clock_window=self._clock_window,
                                       clock_period=self._clock_period, clock=self._clock)
