@@ -98,6 +98,10 @@ def parse_web_config(text: str, path: str) -> WebConfig:
         line = text.count("\n", 0, bad.start()) + 1
         raise WebConfigError(f"{path}:{line}: control character U+{ord(bad.group()):04X} (only "
                              "tab and line breaks may appear in a web config)")
+    deepest, line = _nesting(text)
+    if deepest > MAX_DEPTH:
+        raise WebConfigError(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep; a web "
+                             "config needs 4")
     yaml = _yaml()
     loader = None
     try:
@@ -114,6 +118,30 @@ def parse_web_config(text: str, path: str) -> WebConfig:
         if loader is not None:
             loader.dispose()
     return TreeParser(path).config(root)
+
+
+def _nesting(text: str) -> tuple[int, int]:
+    """(deepest nesting, its line), counted without PyYAML: brackets (those in strings too, an
+    over-estimate no web config reaches) and indentation in steps of 2 columns. PyYAML's scanner
+    takes time quadratic in the nesting (1,565 brackets: 6.5 s) and its composer recurses, so
+    absurd nesting must be refused before either sees it."""
+    depth = deepest = 0
+    where = 1
+    line = 1
+    for ch in text:
+        if ch == "[" or ch == "{":
+            depth += 1
+            if depth > deepest:
+                deepest, where = depth, line
+        elif ch == "]" or ch == "}":
+            depth = max(0, depth - 1)
+        elif ch == "\n":
+            line += 1
+    for number, row in enumerate(text.splitlines(), 1):
+        indent = (len(row) - len(row.lstrip(" -"))) // 2
+        if indent > deepest:
+            deepest, where = indent, number
+    return deepest, where
 
 
 def _check_depth(yaml: Any, text: str, path: str) -> None:
