@@ -98,6 +98,7 @@ class InProcessAgent:
         if self.error is not None or not self.agent.addresses:
             raise AssertionError(f"the agent stopped: {self.error!r} (exit {self.exit_code})")
         self.url = self.agent.url
+        self.port = self.agent.addresses[0][1]
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
         req = urllib.request.Request(self.url + path, headers=headers or {})

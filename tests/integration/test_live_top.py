@@ -1,4 +1,4 @@
-"""`/api/v1/snapshot` and `podgpu top --once` against real `podgpu serve --simulate` processes,
+"""`/api/v1/snapshot` and `podgpu top --once` against `podgpu serve --simulate` agents (in this process),
 a dead node (closed port) and a hung one (a socket that accepts and never answers: the one
 injected fault)."""
 
@@ -36,8 +36,8 @@ def hung() -> Iterator[str]:
     s.close()
 
 
-def test_snapshot_endpoint_is_escaped_json_of_the_live_view(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    p = serve("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path))
+def test_snapshot_endpoint_is_escaped_json_of_the_live_view(agent, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    p = agent("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path))
     p.wait_ready()
     status, headers, body = p.get("/api/v1/snapshot")
     assert status == 200 and headers["Content-Type"] == "application/json; charset=utf-8"
@@ -59,10 +59,10 @@ def test_snapshot_endpoint_is_escaped_json_of_the_live_view(serve, tmp_path: Pat
         assert p.get(bad)[0] == 404, bad
 
 
-def test_top_once_shows_every_node_and_a_dead_and_a_hung_one(serve, tmp_path: Path, hung: str) -> None:  # type: ignore[no-untyped-def]
-    a = serve("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path),
+def test_top_once_shows_every_node_and_a_dead_and_a_hung_one(agent, tmp_path: Path, hung: str) -> None:  # type: ignore[no-untyped-def]
+    a = agent("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path),
               env={"NODE_NAME": "node-a"})
-    b = serve("--simulate", "2xA100", "--simulate-scenario", "none", env={"NODE_NAME": "node-b"})
+    b = agent("--simulate", "2xA100", "--simulate-scenario", "none", env={"NODE_NAME": "node-b"})
     a.wait_ready()
     b.wait_ready()
     dead = f"127.0.0.1:{free_port()}"
@@ -90,8 +90,8 @@ def test_top_once_shows_every_node_and_a_dead_and_a_hung_one(serve, tmp_path: Pa
     assert utils == sorted(utils, reverse=True)
 
 
-def test_top_filters_and_sorts_on_the_command_line(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    a = serve("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path))
+def test_top_filters_and_sorts_on_the_command_line(agent, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    a = agent("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path))
     a.wait_ready()
     out = top("--once", "--idle", a.url)
     assert out.returncode == 0
@@ -110,7 +110,7 @@ def test_top_bad_input_exits_2_with_one_line(args: list[str], needle: str) -> No
     assert needle in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-def test_top_interactive_reads_keys_in_a_terminal(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_top_interactive_reads_keys_in_a_terminal(agent, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The full-screen view in a real pseudo-terminal: sort, idle-only, a typed filter, quit."""
     import fcntl
     import os
@@ -121,7 +121,7 @@ def test_top_interactive_reads_keys_in_a_terminal(serve, tmp_path: Path) -> None
     import termios
     import time
 
-    a = serve("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path))
+    a = agent("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path))
     a.wait_ready()
     pid, fd = pty.fork()
     if pid == 0:  # child: becomes `podgpu top` on the pty

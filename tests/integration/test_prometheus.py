@@ -1,4 +1,5 @@
-"""A real Prometheus scrapes `podgpu serve --simulate` every second (the seed's gpu-metrics job)."""
+"""A real Prometheus scrapes `podgpu serve --simulate` (in this process, tests/conftest.py
+InProcessAgent) every second (the seed's gpu-metrics job)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ LABELS = {"__name__", "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostn
           "DCGM_FI_DRIVER_VERSION", "instance", "job"}
 
 
-def test_prometheus_scrapes_one_series_per_gpu_with_dcgm_labels(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    p = serve("--simulate", "4", "-c", "1000")
+def test_prometheus_scrapes_one_series_per_gpu_with_dcgm_labels(agent, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    p = agent("--simulate", "4", "-c", "1000")
     p.wait_ready()
     prom = Prometheus(tmp_path, [f"127.0.0.1:{p.port}"])
     try:
