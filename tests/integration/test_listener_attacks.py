@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from listener_attacks import run_attack, tls_config  # noqa: E402
+from listener_attacks import run_attack, tls_config
 
-from tests.conftest import ServeProcess  # noqa: E402
+from tests.conftest import ServeProcess
 
 
 def test_silent_tls_connects_are_counted_timed_and_cheap() -> None:

@@ -104,7 +104,7 @@ def test_non_regular_files_are_refused_without_blocking(tmp_path: Path) -> None:
     cfg = parse_web_config(f"tls_server_config:\n  cert_file: {tmp_path / 'cert.fifo'}\n"
                            f"  key_file: {leaf.key}\n", str(tmp_path / "w.yml")).tls
     assert cfg is not None
-    with pytest.raises(WebConfigError, match="cert_file .*not a regular file"):
+    with pytest.raises(WebConfigError, match=r"cert_file .*not a regular file"):
         build_context(cfg, "w.yml")
 
 
