@@ -178,3 +178,28 @@ def test_memory_stays_bounded_under_churn() -> None:
         prev = s
         most = max(most, len(state.entries))
     assert most <= 60 + 10 + 1
+
+
+def test_fields_accounting_reads_survive_a_metric_list_switch() -> None:
+    """A list without the energy counter still gets it collected, at start and after a reload
+    (SIGHUP switches lists through `use_fields`)."""
+    from podgpu.accounting import Accountant, with_accounting_fields
+    from podgpu.fields.catalog import Field, lookup
+    from podgpu.sinks.prometheus.labels import LabelOptions
+
+    temp = lookup("DCGM_FI_DEV_GPU_TEMP")
+    assert temp is not None
+    start = with_accounting_fields((temp,))
+    names = [f.name for f in start]
+    assert names[0] == "DCGM_FI_DEV_GPU_TEMP" and "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in names
+    assert len(with_accounting_fields(start)) == len(start)  # nothing twice
+
+    class Collector:
+        fields: tuple[Field, ...] = ()
+
+        def use_fields(self, fields: tuple[Field, ...]) -> None:
+            self.fields = fields
+
+    c = Collector()
+    Accountant(LabelOptions(hostname="n")).fields_target(c).use_fields((temp,))
+    assert {f.name for f in c.fields} == set(names)
