@@ -491,6 +491,8 @@ class FakeNvml(ModuleType):
     def nvmlGpmMetricsGet(self, get: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
         self._tick("nvmlGpmMetricsGet")
         s1, s2 = get.sample1, get.sample2
+        if s1 is not None and s1.handle is not None:  # a per-GPU call without a handle argument
+            _hold(s1.handle.gpu, "nvmlGpmMetricsGet")
         if s1 is None or s2 is None or s1 is s2 or s1.handle is None:
             raise NVMLError(INVALID_ARGUMENT)
         self.gpm_pairs.append((s1.taken_at, s2.taken_at))

@@ -7,15 +7,18 @@ stalled loop publishes none)."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 
+import pytest
+
 from podgpu.backends.nvml import NvmlBackend
 from podgpu.collect import CollectLoop, Collector
-from podgpu.fields.catalog import BY_NAME
+from podgpu.fields.catalog import BY_NAME, CATALOG, Field
 from podgpu.model import Snapshot
 from tests.fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml
 
@@ -35,10 +38,11 @@ def gpus(n: int) -> list[FakeGpu]:
 class Loop:
     """A real collect loop over the NVML backend, counting the snapshots it publishes."""
 
-    def __init__(self, backend: NvmlBackend) -> None:
+    def __init__(self, backend: NvmlBackend, fields: tuple[Field, ...] = FIELDS) -> None:
         self.snaps: list[Snapshot] = []
         self._lock = threading.Lock()
-        self.loop = CollectLoop(Collector(backend, FIELDS), INTERVAL, self._publish)
+        self.loop = CollectLoop(Collector(backend, fields, want_processes=True), INTERVAL,
+                                self._publish)
 
     def _publish(self, snap: Snapshot, _seconds: float) -> None:
         with self._lock:
@@ -57,10 +61,11 @@ class Loop:
 
 
 @contextmanager
-def running(nv: FakeNvml, **kw: float) -> Iterator[tuple[NvmlBackend, Loop]]:
+def running(nv: FakeNvml, fields: tuple[Field, ...] = FIELDS, **kw: float
+            ) -> Iterator[tuple[NvmlBackend, Loop]]:
     b = NvmlBackend(pynvml_module=nv, read_timeout_seconds=DEADLINE, **kw)  # type: ignore[arg-type]
     b.open()
-    loop = Loop(b)
+    loop = Loop(b, fields)
     loop.loop.start()
     try:
         yield b, loop
@@ -161,4 +166,51 @@ def test_hang_in_the_p2p_matrix_stalls_one_gpu_not_the_loop() -> None:
         p2p = [lv for s in loop.last().samples if s.device.index == 0 for lv in s.labeled
                if lv.field == "DCGM_EXP_P2P_STATUS"]
         assert [dict(lv.labels)["peer_gpu"] for lv in p2p] == ["1"]
+    assert_keeps_interval(held, free)
+
+
+def _per_gpu_functions() -> list[str]:
+    """Every NVML function of the fake that works on one GPU: those taking a device handle,
+    the handle lookups, and nvmlGpmMetricsGet (its samples belong to one GPU)."""
+    out = ["nvmlDeviceGetHandleByIndex", "nvmlGpmMetricsGet"]
+    for name, fn in inspect.getmembers(FakeNvml, inspect.isfunction):
+        params = list(inspect.signature(fn).parameters)
+        if name.startswith("nvml") and len(params) > 1 and params[1] == "h":
+            out.append(name)
+    return sorted(out)
+
+
+def _mig_gpu(i: int) -> FakeGpu:
+    return FakeGpu(f"GPU-0000000{i}-aaaa-bbbb-cccc-mmmmmmmmmmmm", minor=i, mig_enabled=True,
+                   bus_id=f"00000000:{0x18 + i:02X}:00.0",
+                   mig_slots=[FakeMig(1, f"MIG-0001000{i}-1111-2222-3333-444444444444",
+                                      "NVIDIA H200 MIG 3g.71gb",
+                                      SimpleNamespace(total=71 * 2**30, used=0,
+                                                      free=71 * 2**30, reserved=0),
+                                      processes=[(4300 + i, 1 << 20)])])
+
+
+FUNCTIONS = _per_gpu_functions()
+GROUPS = [FUNCTIONS[i:i + 5] for i in range(0, len(FUNCTIONS), 5)]
+
+
+@pytest.mark.parametrize("functions", GROUPS, ids=[g[0] for g in GROUPS])
+def test_a_hang_in_any_per_gpu_nvml_function_stalls_one_gpu_never_the_loop(
+        functions: list[str]) -> None:
+    """Issue 17 item 2, every entry point: GPUs 1..5 (MIG-enabled, so the MIG calls are made
+    too) each hang in one NVML function from before open(); every catalog field is read, with
+    processes; the loop keeps publishing and GPU 0 keeps its series meanwhile."""
+    gpu0 = gpus(1)[0]
+    gpu0.processes = [(4242, 1 << 30)]
+    gpu0.proc_samples = [(4242, 1, 50)]
+    hung = [_mig_gpu(i + 1) for i in range(len(functions))]
+    nv = FakeNvml([gpu0, *hung])
+    for gpu, function in zip(hung, functions, strict=True):
+        hang(gpu, function)
+    with running(nv, tuple(CATALOG), retry_seconds=0.05) as (_b, loop):
+        held = loop.cycles_in(WINDOW / 2)
+        assert 0 in indexes(loop.last())
+        for gpu in hung:
+            release(gpu)
+        free = loop.cycles_in(WINDOW / 2)
     assert_keeps_interval(held, free)
