@@ -24,7 +24,8 @@ class Snapshot:
     """Everything known about the node at the end of one cycle.
 
     `taken_at` is Unix time in seconds. `lost_devices` lists devices that failed this cycle
-    (e.g. fell off the bus) by label, with the reason; their series are absent.
+    (e.g. fell off the bus) by label, with the reason; a lost GPU keeps a sample with `lost` set
+    (identity, XID, health FAIL only; issue 17), a GPU that does not answer has none.
     """
 
     taken_at: float
