@@ -187,8 +187,8 @@ def _recording_tests(data: dict[Key, Values]) -> list[dict[str, Any]]:
     shares = {"train-0": 1.0, "infer-a": 0.6, "infer-b": 0.4, "notebook-0": 0.0}
     out = []
     for minute in (10, 11):
-        util = {dict(lb)["gpu"]: vals[minute] for (n, lb), vals in data.items()
-                if n == "DCGM_FI_DEV_GPU_UTIL"}
+        util = {dict(lb)["gpu"]: vals[minute] for (n, lb), vals in data.items()  # the device's
+                if n == "DCGM_FI_DEV_GPU_UTIL" and "pod_uid" not in dict(lb)}  # not 4.8.2's per pod
         samples = []
         for (n, lb), vals in sorted(data.items()):
             d = dict(lb)
