@@ -28,7 +28,8 @@ The guard is the listener's protocol factory: each connection gets a `GuardedHan
 - per-connection buffers are small and fixed: at most `READ_SIZE` bytes are read from a socket
   at once, at most `MAX_PIPELINED` requests are parsed ahead, and writing pauses as soon as the
   socket's buffer holds anything (a client that does not read holds at most one chunk of an
-  answer in podgpu's memory: server.py writes /metrics in `WRITE_CHUNK` pieces).
+  answer in podgpu's memory: server.py writes /metrics in `WRITE_CHUNK` pieces), and the kernel
+  queues at most `SEND_BUFFER` per connection.
 """
 
 from __future__ import annotations
@@ -39,9 +40,7 @@ import logging
 import resource
 import socket
 import struct
-import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -50,6 +49,12 @@ from aiohttp import web
 from aiohttp.http import HttpRequestParser
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
+
+from podgpu.http.ratelog import LOG_EVERY_SECONDS, RateLimitedLog, quiet_accept_errors, short
+
+__all__ = ["ACCEPT_BACKLOG", "FD_RESERVE", "LOG_EVERY_SECONDS", "SERVER_NAME", "WRITE_CHUNK",
+           "ConnectionGuard", "GuardedHandler", "Limits", "RateLimitedLog", "effective_cap",
+           "limit_send_buffer", "quiet_accept_errors", "short"]
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +75,16 @@ many descriptors free as well (measured: bench/RESULTS.md "HTTP load")."""
 MAX_LINE_SIZE = 8190
 MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
-LOG_EVERY_SECONDS = 60.0
 MAX_PIPELINED = 1
 """Requests parsed ahead of the one being answered (aiohttp's default is 32)."""
 READ_SIZE = 1024
 """Bytes read from a plain socket at once (asyncio's default is 256 KiB), bounding what one read
 can add to the parser's buffer."""
 WRITE_CHUNK = 4 * 1024
+SEND_BUFFER = 128 * 1024
+"""The kernel's send buffer per connection (SO_SNDBUF; Linux doubles it for its overhead). Over
+loopback its autotuning starts near 2.5 MiB, so each client that pipelines and never reads had
+podgpu write megabytes before it stalled; a 1 MB answer still goes out at 100+ MB/s in-cluster."""
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, drops the queue
 """Pieces /metrics is written in; with writing paused on any queued byte, the most of an answer
 a non-reading client keeps in memory."""
@@ -107,40 +115,6 @@ def effective_cap(requested: int, nofile_soft: int | None = None) -> int:
     if nofile_soft == resource.RLIM_INFINITY or nofile_soft <= 0:
         return requested
     return max(16, min(requested, nofile_soft - FD_RESERVE - ACCEPT_BACKLOG))
-
-
-class RateLimitedLog:
-    """Logs a recurring condition at most once per `every` seconds per key, with the count of the
-    occurrences it held back, so an attack cannot fill a disk with log lines."""
-
-    def __init__(self, logger: logging.Logger, every: float = LOG_EVERY_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._log = logger
-        self._every = every
-        self._clock = clock
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def __call__(self, key: str, level: int, msg: str, *args: object) -> bool:
-        """Log unless `key` was logged less than `every` seconds ago; True when it logged."""
-        now = self._clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self._every:
-            self._held[key] = self._held.get(key, 0) + 1
-            return False
-        held = self._held.pop(key, 0)
-        if len(self._last) > 256:  # bounded key set (STYLE rule 11)
-            self._last.clear()
-        self._last[key] = now
-        suffix = f" ({held} more like this in the last {now - last:.0f} s)" if held and last else ""
-        self._log.log(level, msg + suffix, *args)
-        return True
-
-
-def short(text: object, limit: int = 120) -> str:
-    """A peer-supplied string made safe for one log line: escaped and truncated."""
-    s = ascii(str(text))[1:-1]
-    return s if len(s) <= limit else s[:limit] + "..."
 
 
 class ConnectionGuard:
@@ -323,6 +297,8 @@ class GuardedHandler(web.RequestHandler):
             transport.max_size = READ_SIZE
         if isinstance(transport, asyncio.WriteTransport):
             transport.set_write_buffer_limits(high=0 if self._raw is None else WRITE_CHUNK, low=0)
+        if self._raw is None:
+            limit_send_buffer(transport)
         super().connection_made(transport)
         self._count(transport)
 
@@ -369,14 +345,9 @@ SERVER_NAME = "podgpu"
 """The Server header: the product only, never library or Python versions."""
 
 
-def quiet_accept_errors(loop: asyncio.AbstractEventLoop, rate_log: RateLimitedLog) -> None:
-    """Route the event loop's error reports (accept() out of descriptors, above all) through a
-    rate-limited log. asyncio itself pauses accepting for a second after such an error."""
-
-    def handler(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        msg = str(context.get("message", "event loop error"))
-        exc = context.get("exception")
-        detail = f": {type(exc).__name__}: {short(exc)}" if exc is not None else ""
-        rate_log(f"loop:{msg[:80]}", logging.ERROR, "%s%s", short(msg), detail)
-
-    loop.set_exception_handler(handler)
+def limit_send_buffer(transport: asyncio.BaseTransport) -> None:
+    """Set SEND_BUFFER on the transport's socket (best effort)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)

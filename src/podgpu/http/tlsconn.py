@@ -30,6 +30,8 @@ import ssl
 from asyncio import sslproto
 from typing import TYPE_CHECKING, Any
 
+from podgpu.http.guard import limit_send_buffer
+
 if TYPE_CHECKING:
     from podgpu.http.guard import GuardedHandler
 
@@ -68,6 +70,7 @@ class GuardedTLSProtocol(sslproto.SSLProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.WriteTransport)
         transport.set_write_buffer_limits(high=0, low=0)  # pause on anything queued
+        limit_send_buffer(transport)
         self._silent: asyncio.BaseTransport | None = transport
         self._handler.tcp_opened(transport)  # may close it at once (the cap)
 
