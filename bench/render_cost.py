@@ -1,0 +1,49 @@
+"""Render cost of one 8-GPU simulated snapshot: the whole /metrics body, and podgpu's own
+self-metrics alone (issue 16 item 4 made them `MetricSource` families rendered by one function).
+
+Run: .venv/bin/python bench/render_cost.py   (best of five loops, microseconds per render; the
+imports fall back to the paths before issue 16, so the same script measures an older tree with
+PYTHONPATH=<that tree>/src)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+try:
+    from podgpu.sim.backend import MODELS, SimulatedBackend
+except ImportError:  # before issue 16 item 7
+    from podgpu.backends.simulated import MODELS, SimulatedBackend  # type: ignore[no-redef]
+from podgpu.collect import Collector
+from podgpu.fields.metriclist import load_default
+from podgpu.sinks.prometheus import RenderOptions, render
+from podgpu.sinks.prometheus.labels import LabelOptions
+from podgpu.sinks.prometheus.selfmetrics import render_self_metrics
+
+
+def best_us(fn: Callable[[], object], loops: int) -> float:
+    for _ in range(50):
+        fn()
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        times.append((time.perf_counter() - t) / loops * 1e6)
+    return min(times)
+
+
+def main() -> None:
+    ml = load_default()
+    backend = SimulatedBackend(8, MODELS["H100"], clock=lambda: 1_800_000_000.0)
+    backend.open()
+    snap = Collector(backend, ml.fields).cycle()
+    build, timings = (("version", "x"),), (("render", 0.001),)
+    opts = RenderOptions(LabelOptions(hostname="n"), build, timings)
+    print(f"render {best_us(lambda: render(snap, ml, opts), 1000):.1f} us")
+    print(f"self {best_us(lambda: render_self_metrics(snap, LabelOptions(hostname='n'), build, timings, unavailable=ml.unavailable, listed=ml.spellings), 5000):.1f} us")
+
+
+if __name__ == "__main__":
+    main()
