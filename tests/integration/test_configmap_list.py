@@ -64,3 +64,30 @@ def test_forbidden_or_unreachable_api_is_a_runtime_error(api: FakeKubeApi) -> No
     with pytest.raises(AttributionError, match="cannot read it"):
         load_metrics(parse_serve_args(["-m", "a:b"], {}).collect,
                      KubeConfig(host="http://127.0.0.1:9"))
+
+
+def test_sighup_with_m_re_reads_the_configmap(api: FakeKubeApi) -> None:
+    """Issue 16 item 5: with -m, the reload SIGHUP triggers reads the ConfigMap again (before, it
+    logged "embedded default; nothing to reload"); a broken edit keeps the list in use. The
+    loader is the one the agent wires for -m (agent.py: load_metrics(settings.collect))."""
+    from podgpu.reload import MetricListSwitch
+
+    s = parse_serve_args(["-m", "gpu-operator:exporter-metrics"], {})
+    switch = MetricListSwitch(load_metrics(s.collect, cfg(api)),
+                              lambda: load_metrics(s.collect, cfg(api)))
+    api.configmaps[("gpu-operator", "exporter-metrics")] = {
+        "metrics": LIST + "DCGM_FI_DEV_SM_CLOCK, gauge, clock\n"}
+    assert switch.request()
+
+    class Target:
+        fields: tuple[object, ...] = ()
+
+        def use_fields(self, fields: tuple[object, ...]) -> None:
+            self.fields = fields
+
+    target = Target()
+    switch.apply(target)  # type: ignore[arg-type]
+    assert [r.out for r in switch.current.metrics][-1] == "DCGM_FI_DEV_SM_CLOCK"
+    assert len(target.fields) == 3
+    api.configmaps[("gpu-operator", "exporter-metrics")] = {"metrics": "DCGM_FI_NOPE, gauge, x\n"}
+    assert not switch.request() and len(switch.current.metrics) == 3
