@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ServeProcess
+from tests.conftest import InProcessAgent
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,7 @@ ENERGY = "podgpu_pod_gpu_energy_joules_total"
 DEVICE_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 
 
-def scrape(p: ServeProcess) -> tuple[float, dict[tuple[str, str, str], float]]:
+def scrape(p: InProcessAgent) -> tuple[float, dict[tuple[str, str, str], float]]:
     """(when, {(metric, pod or gpu, ...): value}) from one /metrics."""
     status, _, body = p.get("/metrics")
     assert status == 200
@@ -36,8 +36,8 @@ def scrape(p: ServeProcess) -> tuple[float, dict[tuple[str, str, str], float]]:
     return time.time(), out
 
 
-def test_done_when_on_the_built_in_scenario(serve: type[ServeProcess]) -> None:
-    p = serve("--simulate", "4")
+def test_done_when_on_the_built_in_scenario(agent: type[InProcessAgent]) -> None:
+    p = agent("--simulate", "4")
     p.wait_ready()
     t0, a = scrape(p)
     time.sleep(20)
@@ -57,14 +57,14 @@ def test_done_when_on_the_built_in_scenario(serve: type[ServeProcess]) -> None:
         assert device > 0 and abs(pod_sum - device) <= 0.03 * device, (gpu, pod_sum, device)
 
 
-def test_accounting_off_and_fields_outside_the_list(serve: type[ServeProcess],
+def test_accounting_off_and_fields_outside_the_list(agent: type[InProcessAgent],
                                                     tmp_path: Path) -> None:
-    off = serve("--simulate", "2", "--accounting=false")
+    off = agent("--simulate", "2", "--accounting=false")
     off.wait_ready()
     assert ALLOC.encode() not in off.get("/metrics")[2]
     short = tmp_path / "short.csv"
     short.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n")
-    p = serve("--simulate", "2", "-f", str(short))
+    p = agent("--simulate", "2", "-f", str(short))
     p.wait_ready()
     time.sleep(3)
     body = p.get("/metrics")[2].decode()
