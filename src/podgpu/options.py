@@ -135,12 +135,19 @@ def _shown(opt: Option) -> str:
     return str(opt.default)
 
 
-def add_options(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:
-    """Register each option; argparse defaults stay None so `resolve` can apply env and default."""
+def add_options(parser: argparse.ArgumentParser, options: Iterable[Option], *,
+                bool_takes_word: bool = True) -> None:
+    """Register each option; argparse defaults stay None so `resolve` can apply env and default.
+
+    `bool_takes_word=False` for a command with positional arguments: `--once URL` must not read
+    URL as the bool's value (Go's flag never does; serve keeps `-k true` for old DaemonSets)."""
     for opt in options:
         text = argparse.SUPPRESS if opt.hidden else (
             opt.help + f" [{'env ' + opt.env + '; ' if opt.env else ''}default {_shown(opt)}]")
-        if opt.is_bool:
+        if opt.is_bool and not bool_takes_word:
+            parser.add_argument(*opt.flags, dest=opt.dest, action="store_const", const="true",
+                                default=None, help=text)
+        elif opt.is_bool:
             parser.add_argument(*opt.flags, dest=opt.dest, nargs="?", const="true", default=None,
                                 metavar="BOOL", help=text)
         else:

@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from podgpu.errors import ConfigError
+from podgpu.options import Option, add_options, go_int, parse_bool, resolve
 from podgpu.sinks.live import fmt
 from podgpu.sinks.live.page import pod_cells
 from podgpu.sinks.live.schema import PodView, SnapshotView
@@ -55,23 +56,49 @@ class TopState:
     typing: str | None = None
 
 
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+def _sort(text: str) -> str:
+    if text not in SORTS:
+        raise ValueError(f"use {', '.join(SORTS)}, got {text!r}")
+    return text
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(("--once",), "once", None, False, "print one plain-text snapshot and exit",
+           parse_bool, True),
+    Option(("--timeout",), "timeout", None, DEFAULT_TIMEOUT, "seconds to wait for each node",
+           _float, metavar="SECONDS"),
+    Option(("--interval",), "interval", None, 0.0, "seconds between refreshes", _float,
+           metavar="SECONDS", shown="the nodes' collect interval"),
+    Option(("--sort",), "sort", None, "util",
+           "pod order: util (busiest first), memory, name, node", _sort, metavar="|".join(SORTS)),
+    Option(("--filter",), "filter", None, "",
+           "only pods whose node, namespace, pod or container contains TEXT", metavar="TEXT",
+           shown="none"),
+    Option(("--idle",), "idle", None, False,
+           "only pods that hold a GPU and use less than 1%% of it", parse_bool, True),
+    Option(("--width",), "width", None, 0, "columns for --once", go_int, metavar="N",
+           shown="the terminal's, or 160"),
+)
+"""`podgpu top`'s flags (podgpu.options, the engine every command uses), after the URLs."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("urls", nargs="*", metavar="URL",
                         help=f"podgpu endpoints: http://host:port, host:port or host "
                              f"(default {DEFAULT_URL})")
-    parser.add_argument("--once", action="store_true", help="print one plain-text snapshot and exit")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds to wait for each node (default {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--interval", type=float, default=0.0,
-                        help="seconds between refreshes (default: the nodes' collect interval)")
-    parser.add_argument("--sort", choices=SORTS, default="util",
-                        help="pod order: util (busiest first), memory, name, node (default util)")
-    parser.add_argument("--filter", default="", metavar="TEXT",
-                        help="only pods whose node, namespace, pod or container contains TEXT")
-    parser.add_argument("--idle", action="store_true",
-                        help="only pods that hold a GPU and use less than 1%% of it")
-    parser.add_argument("--width", type=int, default=0,
-                        help="columns for --once (default: the terminal's, or 160)")
+    add_options(parser, OPTIONS, bool_takes_word=False)
+
+
+def _resolved(args: argparse.Namespace) -> argparse.Namespace:
+    """Defaults applied and values parsed (ConfigError, exit 2, naming the flag)."""
+    return argparse.Namespace(urls=args.urls, **resolve(args, OPTIONS, {}).values)
 
 
 def snapshot_url(text: str) -> str:
@@ -259,6 +286,7 @@ def _read_key(timeout: float, keys: bool) -> str:
 def run(args: argparse.Namespace) -> int:
     """Exit 0, 1 when --once finds a node dead, 2 on a bad URL or option."""
     try:
+        args = _resolved(args)
         urls = [snapshot_url(u) for u in (args.urls or [DEFAULT_URL])]
         if not (0 < args.timeout <= 3600 and 0 <= args.interval <= 3600
                 and 0 <= args.width <= 10_000):
