@@ -33,6 +33,7 @@ from podgpu.accounting.report import (
     add_series,
 )
 from podgpu.errors import ConfigError, PodgpuError
+from podgpu.options import Option, go_flags, new_parser, resolve
 
 CHUNK_SECONDS = 86_400.0
 MAX_POINTS = 11_000
@@ -47,25 +48,42 @@ class PrometheusError(PodgpuError):
     """Prometheus could not be reached or answered with an error (exit status 1)."""
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prometheus", required=True, metavar="URL",
-                   help="base URL of the Prometheus (or compatible) HTTP API, e.g. "
-                   "http://prometheus:9090")
-    p.add_argument("--start", help="start: RFC 3339 (2026-12-01T00:00:00Z), Unix seconds, or "
-                   "now-DURATION (default: END minus --last)")
-    p.add_argument("--end", default="now", help="end, same forms as --start (default: now)")
-    p.add_argument("--last", default="1d", help="the range when --start is not given, e.g. 24h, "
-                   "7d (default: 1d)")
-    p.add_argument("--step", default="60s", help="resolution of the samples asked for "
-                   "(default 60s; the counters are exact at any step)")
-    p.add_argument("--selector", default="", help='extra label matchers, e.g. '
-                   '\'Hostname=~"gpu-.*",namespace!="kube-system"\'')
-    p.add_argument("--price-gpu-hour", type=float, default=0.0, metavar="PRICE",
-                   help="price of one allocated GPU-hour (default 0)")
-    p.add_argument("--price-kwh", type=float, default=0.0, metavar="PRICE",
-                   help="price of one kWh of GPU energy (default 0)")
-    p.add_argument("--format", choices=tuple(FORMATS), default="table")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+
+
+def _format(text: str) -> str:
+    if text not in FORMATS:
+        raise ValueError(f"use {', '.join(FORMATS)}, got {text!r}")
+    return text
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(("--prometheus",), "prometheus", None, None,
+           "base URL of the Prometheus (or compatible) HTTP API, e.g. http://prometheus:9090 "
+           "(required)", metavar="URL"),
+    Option(("--start",), "start", None, None, "start: RFC 3339 (2026-12-01T00:00:00Z), Unix "
+           "seconds, or now-DURATION", metavar="TIME", shown="END minus --last"),
+    Option(("--end",), "end", None, "now", "end, same forms as --start", metavar="TIME"),
+    Option(("--last",), "last", None, "1d", "the range when --start is not given, e.g. 24h, 7d",
+           metavar="DURATION"),
+    Option(("--step",), "step", None, "60s", "resolution of the samples asked for (the "
+           "counters are exact at any step)", metavar="DURATION"),
+    Option(("--selector",), "selector", None, "", "extra label matchers, e.g. "
+           '\'Hostname=~"gpu-.*",namespace!="kube-system"\'', metavar="MATCHERS", shown="none"),
+    Option(("--price-gpu-hour",), "price_gpu_hour", None, 0.0,
+           "price of one allocated GPU-hour", _float, metavar="PRICE"),
+    Option(("--price-kwh",), "price_kwh", None, 0.0, "price of one kWh of GPU energy", _float,
+           metavar="PRICE"),
+    Option(("--format",), "format", None, "table", "output format", _format,
+           metavar="|".join(FORMATS)),
+    Option(("--timeout",), "timeout", None, 60.0, "seconds per request", _float,
+           metavar="SECONDS"),
+)
+"""`podgpu report`'s flags (podgpu.options, the engine every command uses)."""
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -209,11 +227,12 @@ def _progress(stream: TextIO) -> Callable[[int, int], None]:
 
 def main(argv: Sequence[str], *, out: TextIO | None = None, err: TextIO | None = None,
          now: Callable[[], float] = time.time) -> int:
-    p = argparse.ArgumentParser(prog="podgpu report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
-    add_arguments(p)
-    a = p.parse_args(list(argv))
+    p = new_parser("podgpu report", __doc__, OPTIONS,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = argparse.Namespace(**resolve(p.parse_args(go_flags(list(argv), OPTIONS)), OPTIONS,
+                                     {}).values)
+    if not a.prometheus:
+        raise ConfigError("--prometheus URL is required (the Prometheus that scraped podgpu)")
     out = out or sys.stdout
     err = err or sys.stderr
     url = check_url(a.prometheus)
