@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_for
 from tests.emf_validator import extract
 from tests.integration.test_cloudwatch_moto import CREDS, free_port, moto_url, read_events
 
@@ -115,16 +116,6 @@ def exporters() -> Iterator[tuple[Exporter, Exporter]]:
         b.stop()
 
 
-def wait_for(predicate: Any, what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def events(url: str, stream: str) -> list[dict[str, Any]]:
     try:
         return read_events(url, GROUP, stream)
@@ -155,11 +146,12 @@ def test_bridge_sends_the_seed_extraction_and_survives_a_target_going_away(
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: len({e["timestamp"] for e in events(moto_url, "node-1")}) >= 2,
-                 "two flushes")
+                 timeout=30, what="two flushes", interval=0.2)
         b.stop()
         stopped_at = time.time() * 1000
         wait_for(lambda: sum(e["timestamp"] > stopped_at + 1000
-                             for e in events(moto_url, "node-1")) >= 2, "two flushes after B stopped")
+                             for e in events(moto_url, "node-1")) >= 2,
+                 timeout=30, what="two flushes after B stopped", interval=0.2)
         status, health = get(f"http://127.0.0.1:{port}/health")
         _, metrics = get(f"http://127.0.0.1:{port}/metrics")
     finally:
