@@ -1,4 +1,4 @@
-"""Two real `podgpu serve --simulate` nodes and one real Prometheus scraping them every second
+"""Two `podgpu serve --simulate` agents (in this process) and one real Prometheus scraping them every second
 with podgpu's rules loaded: the stack the dashboard and rule tests query (issue 10 item 3).
 
 Node gpu-node-1: 4 x H100 with deploy/gen/simnode.py's scenario (GPU 0 held by one pod, GPU 1
@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from deploy.gen import simnode
 
-from tests.conftest import ROOT, ServeProcess, free_port
+from tests.conftest import ROOT, InProcessAgent, free_port
 from tests.integration.prometheus_peer import Prometheus, ensure_installed
 
 RULES = ROOT / "deploy" / "prometheus" / "podgpu.rules.yml"
@@ -59,10 +59,11 @@ class Stack:
         scen = workdir / "scenario.json"
         scen.write_text(json.dumps(simnode.SCENARIO))
         # busy for 10 minutes from start: the test sees the burn's busy phase throughout
-        self.node1 = ServeProcess("--simulate", "4xH100", "--simulate-scenario", str(scen),
-                                  "--simulate-burn", "600,10", env={"NODE_NAME": "gpu-node-1"})
-        self.node2 = ServeProcess("--simulate", "2xA100", "--simulate-scenario", "none",
-                                  env={"NODE_NAME": "gpu-node-2"})
+        # two agents in this process on ports the OS picks (tests/conftest.py InProcessAgent)
+        self.node1 = InProcessAgent("--simulate", "4xH100", "--simulate-scenario", str(scen),
+                                    "--simulate-burn", "600,10", env={"NODE_NAME": "gpu-node-1"})
+        self.node2 = InProcessAgent("--simulate", "2xA100", "--simulate-scenario", "none",
+                                    env={"NODE_NAME": "gpu-node-2"})
         self.nodes = (self.node1, self.node2)
         self.prom: RulesPrometheus | None = None
         try:
