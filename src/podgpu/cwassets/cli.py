@@ -101,35 +101,33 @@ def _constant(args: argparse.Namespace) -> dict[str, str]:
 
 
 def main(command: str, argv: Sequence[str]) -> int:
+    """`podgpu cloudwatch-dashboard|cloudwatch-alarms [flags]`; a ConfigError reaches cli.main's
+    one exit-status mapping (2, one line)."""
     args = parse_args(command, argv)
-    try:
-        if args.cluster_name and not _SAFE.fullmatch(args.cluster_name):
-            raise ConfigError(f"--cluster-name {args.cluster_name!r}: letters, digits, '.', '_' "
-                              "and '-' only")
-        config = _config(args.cloudwatch_config)
-        constant = _constant(args)
-        if command == "cloudwatch-dashboard":
-            if not 1 <= args.period <= 86400 or (args.period >= 60 and args.period % 60):
-                raise ConfigError(f"--period {args.period}: 1, 5, 10, 30 or a multiple of 60")
-            body, missing = dashboard(config, region=args.region, cluster=args.cluster_name,
-                                      period=args.period, constant=constant)
-            for m in missing:
-                print(f"podgpu {command}: not graphed, the config extracts no per-pod {m}",
-                      file=sys.stderr)
-            print(json.dumps(body, indent=2))
-            return 0
-        if args.expected_gpus is not None and args.expected_gpus < 1:
-            raise ConfigError("--expected-gpus must be >= 1")
-        if args.samples_per_minute < 1:
-            raise ConfigError("--samples-per-minute must be >= 1")
-        out, skipped = alarms(config, cluster=args.cluster_name, prefix=args.alarm_prefix,
-                              expected_gpus=args.expected_gpus,
-                              samples_per_minute=args.samples_per_minute,
-                              idle_percent=args.idle_percent, actions=tuple(args.alarm_action),
-                              constant=constant)
-    except ConfigError as exc:
-        print(f"podgpu {command}: {exc}", file=sys.stderr)
-        return 2
+    if args.cluster_name and not _SAFE.fullmatch(args.cluster_name):
+        raise ConfigError(f"--cluster-name {args.cluster_name!r}: letters, digits, '.', '_' "
+                          "and '-' only")
+    config = _config(args.cloudwatch_config)
+    constant = _constant(args)
+    if command == "cloudwatch-dashboard":
+        if not 1 <= args.period <= 86400 or (args.period >= 60 and args.period % 60):
+            raise ConfigError(f"--period {args.period}: 1, 5, 10, 30 or a multiple of 60")
+        body, missing = dashboard(config, region=args.region, cluster=args.cluster_name,
+                                  period=args.period, constant=constant)
+        for m in missing:
+            print(f"podgpu {command}: not graphed, the config extracts no per-pod {m}",
+                  file=sys.stderr)
+        print(json.dumps(body, indent=2))
+        return 0
+    if args.expected_gpus is not None and args.expected_gpus < 1:
+        raise ConfigError("--expected-gpus must be >= 1")
+    if args.samples_per_minute < 1:
+        raise ConfigError("--samples-per-minute must be >= 1")
+    out, skipped = alarms(config, cluster=args.cluster_name, prefix=args.alarm_prefix,
+                          expected_gpus=args.expected_gpus,
+                          samples_per_minute=args.samples_per_minute,
+                          idle_percent=args.idle_percent, actions=tuple(args.alarm_action),
+                          constant=constant)
     for s in skipped:
         print(f"podgpu {command}: no alarm for {s}", file=sys.stderr)
     print(json.dumps(out, indent=2))
