@@ -8,6 +8,7 @@ hypothesis makes them.
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 from collections.abc import Iterator
@@ -16,19 +17,36 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import ServeProcess
+from tests.conftest import InProcessAgent
 
 STATUS = re.compile(rb"^HTTP/1\.[01] (\d{3}) ")
 
 
+class _Tracebacks(logging.Handler):
+    """Every log record that carries an exception (what a process would print as a traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info:
+            self.seen.append(self.format(record))
+
+
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServeProcess]:
-    p = ServeProcess("--simulate", "1", "--http-request-timeout", "2")
-    p.wait_ready()
-    yield p
-    code, err = p.stop()
-    assert code == 0, err[-2000:]
-    assert "Traceback" not in err, err[-4000:]
+def server() -> Iterator[InProcessAgent]:
+    """The agent in this process (tests/conftest.py InProcessAgent), its listener the real one."""
+    tracebacks = _Tracebacks()
+    logging.getLogger().addHandler(tracebacks)
+    try:
+        p = InProcessAgent("--simulate", "1", "--http-request-timeout", "2")
+        p.wait_ready()
+        yield p
+        assert p.stop() == 0
+    finally:
+        logging.getLogger().removeHandler(tracebacks)
+    assert not tracebacks.seen, "\n".join(tracebacks.seen)[-4000:]
 
 
 def exchange(port: int, data: bytes) -> bytes:
@@ -77,7 +95,7 @@ request = st.builds(
 @example(data=b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
 @example(data=b"GET /metrics HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
 @example(data=b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-def test_any_request_gets_a_short_well_formed_answer(server: ServeProcess, data: bytes) -> None:
+def test_any_request_gets_a_short_well_formed_answer(server: InProcessAgent, data: bytes) -> None:
     answer = exchange(server.port, data)
     if answer:
         m = STATUS.match(answer)
