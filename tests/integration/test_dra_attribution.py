@@ -81,11 +81,11 @@ def test_without_the_flag_dra_claims_are_ignored(dra_kubelet: FakeKubelet) -> No
 def test_serve_puts_pod_labels_on_dra_gpus(dra_kubelet: FakeKubelet) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tests.conftest import ServeProcess
+    from tests.conftest import InProcessAgent
 
-    p = ServeProcess("--simulate", "2", "--simulate-scenario", "none", "-k",
-                     "--kubernetes-enable-dra", "--pod-resources-kubelet-socket",
-                     dra_kubelet.socket_path, "-c", "200")
+    p = InProcessAgent("--simulate", "2", "--simulate-scenario", "none", "-k",
+                       "--kubernetes-enable-dra", "--pod-resources-kubelet-socket",
+                       dra_kubelet.socket_path, "-c", "200")
     try:
         p.wait_ready()
 
@@ -103,5 +103,5 @@ def test_serve_puts_pod_labels_on_dra_gpus(dra_kubelet: FakeKubelet) -> None:
         # GPU 1 is one claim shared by two containers: no arbitrary winner on the device series
         assert "pod" not in got["1"]
     finally:
-        code, err = p.stop()
-    assert code == 0, err
+        code = p.stop()
+    assert code == 0

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from deploy.gen import simnode
 
-from tests.conftest import ROOT, ServeProcess
+from tests.conftest import ROOT, InProcessAgent
 from tests.integration.prometheus_peer import ensure_installed
 
 SHARES = {"train-0": 1.0, "infer-a": 0.6, "infer-b": 0.4, "notebook-0": 0.0}
 
 
 def test_scrape_log_records_a_real_podgpu(tmp_path: Path) -> None:
-    p = ServeProcess("--simulate", "2")
+    p = InProcessAgent("--simulate", "2")  # in this process; scrape_log.py is the real client
     try:
         p.wait_ready()
         log = tmp_path / "log.jsonl"
