@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from podgpu.errors import ConfigError
 from podgpu.model.selection import DeviceSelection
 
 DEFAULT_COLLECT_INTERVAL_MS = 1000  # measured: bench/RESULTS.md "Choosing the default interval"
@@ -80,6 +81,16 @@ class KubernetesSettings:
     node_name: str = ""
     """NODE_NAME ('' when unset): scopes the pod watch to this node."""
     poll_interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Validated once, here, whoever builds it (the option table's messages come first)."""
+        if self.gpu_id_type not in ("uid", "device-name"):
+            raise ConfigError(f"--kubernetes-gpu-id-type {self.gpu_id_type!r}: expected uid or "
+                              "device-name")
+        if self.enabled and not self.kubelet_socket:
+            raise ConfigError("--pod-resources-kubelet-socket must not be empty")
+        if not self.poll_interval > 0:
+            raise ConfigError(f"kubelet poll interval must be > 0 s, got {self.poll_interval}")
 
 
 @dataclass(frozen=True, slots=True)

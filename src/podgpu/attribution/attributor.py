@@ -15,7 +15,7 @@ from typing import Any
 
 from podgpu.attribution.base import Attribution, Attributor
 from podgpu.attribution.cgroups import CgroupReader
-from podgpu.attribution.deviceids import GPU_ID_TYPES, DeviceIndex, GpuIdType, index_for
+from podgpu.attribution.deviceids import DeviceIndex, GpuIdType, index_for
 from podgpu.attribution.enrich import (
     EnrichOptions,
     allocations,
@@ -29,7 +29,6 @@ from podgpu.attribution.kubelet import (
     stale_after,
 )
 from podgpu.attribution.podwatch import PodIndex, PodWatcher
-from podgpu.errors import ConfigError
 from podgpu.model import Allocation, Device, GpuProcess
 from podgpu.model.status import OK, StageStatus
 from podgpu.settings import KubernetesSettings
@@ -178,15 +177,8 @@ def build_attributor(settings: KubernetesSettings, *, kube_api_configuration: An
     """
     if not settings.enabled:
         return None
-    if settings.gpu_id_type not in GPU_ID_TYPES:
-        raise ConfigError(
-            f"--kubernetes-gpu-id-type {settings.gpu_id_type!r}: expected uid or device-name")
     id_type: GpuIdType = "uid" if settings.gpu_id_type == "uid" else "device-name"
-    if not settings.kubelet_socket:
-        raise ConfigError("--pod-resources-kubelet-socket must not be empty")
-    poll = settings.poll_interval
-    if poll <= 0:
-        raise ConfigError(f"kubelet poll interval must be > 0 s, got {poll}")
+    poll = settings.poll_interval  # settings were validated when built (podgpu.settings)
     return KubeletAttributor(
         # Half the collect interval: a kubelet change reaches a snapshot within 1.5 intervals
         # (issue 4 asks for two); at the 30 s default that is one List per 15 s.
