@@ -95,7 +95,8 @@ def run(seconds: float, dry: bool) -> dict[str, Any]:
         log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in finally
         t0 = time.monotonic()
         proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=log, text=True,
-                                env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                    p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)})
         doc: dict[str, Any] = {"args": args[3:], "dry_run": dry}
         try:
             while proc.poll() is None and time.monotonic() - t0 < 60:
