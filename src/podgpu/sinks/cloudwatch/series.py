@@ -24,7 +24,10 @@ podgpu's older, richer identity (`Namespace` = the workload's namespace, `NodeNa
 `podgpu`) stays available as `identity="workload"`.
 
 Series come from the same label helpers as the Prometheus exposition, so `/metrics` and the EMF
-documents never disagree about who holds a GPU.
+documents never disagree about who holds a GPU. With `--kubernetes-virtual-gpus` that includes
+dcgm-exporter 4.8.2's per-process split (sinks/prometheus/virtual.py): `GPU_UTIL`/`FB_USED` as
+the device series plus one per holder with its pod's processes' sum (as `/metrics` prints it:
+integer fields truncated), every other field once per holder.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from dataclasses import dataclass
 
 from podgpu.fields.metriclist import MetricList
 from podgpu.fields.xid import error_labels
-from podgpu.model import Device, Snapshot
+from podgpu.model import Allocation, Device, Snapshot
+from podgpu.sinks.prometheus import virtual
 from podgpu.sinks.prometheus.labels import (
     LabelOptions,
     container_pairs,
@@ -166,6 +170,8 @@ class SeriesBuilder:
         self._rows = tuple((r.name, COUNTER if r.prom_type == "counter" else GAUGE)
                            for r in metrics.metrics)
         self._kinds = dict(self._rows)
+        self._int_fields = frozenset(r.name for r in metrics.metrics
+                                     if r.field.value_type == "int")
         self._label_fields = tuple(sorted(r.name for r in metrics.labels))
         if opts.identity not in IDENTITIES:
             raise ValueError(f"identity {opts.identity!r}: use agent or workload")
@@ -212,21 +218,30 @@ class SeriesBuilder:
         lopts = self._opts.labels
         holders = holders_by_device(snapshot.allocations)
         kinds = self._kinds
+        usage = virtual.PodUsage(snapshot) if lopts.virtual_gpus and snapshot.allocations else None
         for sample in snapshot.samples:
             ident = identity_pairs(sample.device, lopts)
             fields = field_label_pairs(sample, self._label_fields)
             values = sample.values
+            held = holders.get(sample.device.key, [])
+            split = usage is not None and bool(held)
             gauges: list[Item] = []
             counters: list[Item] = []
+            per_process: list[tuple[str, str, float]] = []
             xid: Item | None = None
             for name, kind in self._rows:
                 v = values.get(name)
                 if v is not None and not isinstance(v, str) and math.isfinite(v):
                     if name == XID_FIELD:  # its err_code/err_msg labels follow the value
                         xid = (name, v)
+                    elif split and name in virtual.PER_PROCESS:
+                        per_process.append((name, kind, v))
                     else:
                         (counters if kind == COUNTER else gauges).append((name, v))
-            for extra, attrs in series_variants(holders.get(sample.device.key, []), lopts):
+            if per_process and usage is not None:
+                yield from self._per_process(ident + fields, sample.device.key, held, usage,
+                                             per_process)
+            for extra, attrs in series_variants(held, lopts):
                 base = ident + fields + extra + attrs
                 if gauges:
                     yield self._key(base, GAUGE), GAUGE, gauges
@@ -240,6 +255,29 @@ class SeriesBuilder:
                     if lkind is not None and math.isfinite(lv.value):
                         yield self._key(base + lv.labels, lkind), lkind, [(lv.field, lv.value)]
         yield from self._pod_series(snapshot)
+
+    def _per_process(self, base: tuple[tuple[str, str], ...], device_key: str,
+                     held: list[Allocation], usage: virtual.PodUsage,
+                     device_values: list[tuple[str, str, float]]
+                     ) -> Iterator[tuple[LabelKey, str, list[Item]]]:
+        """--kubernetes-virtual-gpus, GPU_UTIL/FB_USED (dcgm-exporter 4.8.2): the device series
+        without pod labels, then one per holder with its pod's processes' sum (0 without any)."""
+        for kind in (GAUGE, COUNTER):
+            items = [(n, v) for n, k, v in device_values if k == kind]
+            if items:
+                yield self._key(base, kind), kind, items
+        for a in virtual.holder_allocations(held):
+            attrs = usage.attributes(a, self._opts.labels)
+            for kind in (GAUGE, COUNTER):
+                items = [(n, self._as_exposed(n, usage.value(n, device_key, a.container)))
+                         for n, k, _ in device_values if k == kind]
+                if items:
+                    yield self._key(base + attrs, kind), kind, items
+
+    def _as_exposed(self, name: str, value: float) -> float:
+        """A value as `/metrics` prints it (`%d` truncates an integer field's float sum), so the
+        agent path and the EMF sink see the same number."""
+        return int(value) if name in self._int_fields else value
 
     def _pod_series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
         lopts = self._opts.labels
