@@ -24,13 +24,11 @@ if TYPE_CHECKING:
 class Command(NamedTuple):
     """`target` is "module:function", imported when the command runs; the function takes the
     arguments after the command name (with `with_name`, the name first) and returns the exit
-    status or raises a PodgpuError. `parser` commands expose add_arguments(parser) and
-    run(namespace) instead. `extra` names the pip extra an ImportError asks for."""
+    status or raises a PodgpuError. `extra` names the pip extra an ImportError asks for."""
 
     target: str
     help: str
     with_name: bool = False
-    parser: bool = False
     extra: str | None = None
 
 
@@ -38,8 +36,8 @@ COMMANDS: dict[str, Command] = {
     "serve": Command("podgpu.agent:main", "collect GPU metrics and serve /metrics (default)"),
     "fields": Command("podgpu.fields.listing:main", "list every DCGM field podgpu can export"),
     "burn": Command("podgpu.burn:main", "GPU load generator (gpu-burn pattern)"),
-    "top": Command("podgpu.top", "GPUs and pods of one or many nodes in the terminal",
-                   parser=True, extra="top"),
+    "top": Command("podgpu.top:main", "GPUs and pods of one or many nodes in the terminal",
+                   extra="top"),
     "emf": Command("podgpu.bridge.run:main",
                    "scrape Prometheus endpoints (e.g. dcgm-exporter) and send CloudWatch EMF"),
     "plan": Command("podgpu.plan.cli:main", "custom metrics, log bytes and dollars of a cluster "
@@ -104,7 +102,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(name: str, cmd: Command, argv: list[str]) -> int:
-    import argparse
     import importlib
 
     module_name, _, function = cmd.target.partition(":")
@@ -116,12 +113,6 @@ def _run(name: str, cmd: Command, argv: list[str]) -> int:
         print(f"podgpu: {name} needs the '{cmd.extra}' extra (pip install "
               f"'podgpu[{cmd.extra}]'): {exc}", file=sys.stderr)
         return 1
-    if cmd.parser:
-        parser = argparse.ArgumentParser(prog=f"podgpu {name}", description=module.__doc__,
-                                         allow_abbrev=False,
-                                         formatter_class=argparse.RawDescriptionHelpFormatter)
-        module.add_arguments(parser)
-        return int(module.run(parser.parse_args(argv)))
     entry = getattr(module, function)
     return int(entry(name, argv) if cmd.with_name else entry(argv))
 

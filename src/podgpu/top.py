@@ -96,6 +96,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_options(parser, OPTIONS, bool_takes_word=False)
 
 
+def main(argv: Sequence[str]) -> int:
+    """`podgpu top [URL...] [flags]` (the command registry's entry point)."""
+    parser = argparse.ArgumentParser(prog="podgpu top", description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(list(argv)))
+
+
 def _resolved(args: argparse.Namespace) -> argparse.Namespace:
     """Defaults applied and values parsed (ConfigError, exit 2, naming the flag)."""
     return argparse.Namespace(urls=args.urls, **resolve(args, OPTIONS, {}).values)
