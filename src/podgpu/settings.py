@@ -3,7 +3,7 @@
 Each component gets its own object (collect, Kubernetes, HTTP, EMF, simulation, output labels,
 logging) instead of one flat bag of ~50 fields, so `build_attributor(settings.kubernetes)` needs
 nothing else and a component cannot read a setting it does not own. Built from flags, the
-environment and defaults by the option tables (config.py for `serve`, bridge/options.py for
+environment and defaults by the option tables (config/serve.py for `serve`, bridge/options.py for
 `emf`); nothing here reads the environment.
 
 Units: dcgm-exporter's flags keep its milliseconds (`-c`, `-x`, the count windows: fields named
