@@ -154,11 +154,13 @@ async def send_in_chunks(request: web.Request, body: bytes,
     holds MIN_STEP at most. TLS, whose layer encrypts what it is given at once, goes in
     WRITE_CHUNK pieces."""
     tls = request.transport is not None and request.transport.get_extra_info("sslcontext")
+    sock = None if tls or request.transport is None else request.transport.get_extra_info("socket")
+    if sock is not None and len(body) + 1024 <= send_room(sock):  # the usual case: one write
+        return web.Response(body=body, headers=headers)
     resp = web.StreamResponse(headers=headers)
     resp.content_length = len(body)
     await resp.prepare(request)
     view = memoryview(body)
-    sock = None if tls or request.transport is None else request.transport.get_extra_info("socket")
     start = 0
     try:
         while start < len(view):
