@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from podgpu.fields import load_default
-from tests.conftest import InProcessAgent
+from tests.conftest import InProcessAgent, wait_for
 
 EXPECTED_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
                    "DCGM_FI_DRIVER_VERSION"}
@@ -145,3 +145,18 @@ def test_fields_command_lists_the_catalog() -> None:
     from podgpu.fields import parse_metric_list
 
     assert len(parse_metric_list(csv).metrics) > 50  # the generated list is itself valid
+
+
+def test_the_listener_counts_are_exported_from_the_next_cycle(agent: type[InProcessAgent]) -> None:
+    """Issue 16 item 4: the connection guard's counters were kept but never exported."""
+    p = agent("--simulate", "1", "-c", "200")
+    p.wait_ready()
+    def scraped() -> str:
+        body = p.get("/metrics")[2].decode()
+        return body if "podgpu_http_connections_closed_total" in body else ""
+
+    body = wait_for(scraped, what="the guard's counts")
+    fams = {f.name: f for f in text_string_to_metric_families(body)}
+    closed = {s.labels["reason"]: s.value for s in fams["podgpu_http_connections_closed"].samples}
+    assert closed == {"evicted": 0.0, "refused": 0.0, "timed_out": 0.0}
+    assert fams["podgpu_http_open_connections"].samples[0].value >= 0
