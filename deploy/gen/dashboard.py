@@ -93,7 +93,8 @@ def fleet_row() -> list[Any]:
               _q(f"sum(up{{{JOB}}})", "up"), _q(f"count(up{{{JOB}}})", "targets", "B"),
               color="green"),
         _stat("GPUs lost", "GPUs podgpu found but could not read in its last cycle (fell off the "
-              "bus, driver error); their series are absent. /health/gpus on the node says which.",
+              "bus, driver error); they keep only their identity, XID (79) and health FAIL "
+              "series, no readings. /health/gpus on the node says which.",
               _q(f"sum(podgpu_devices{{state=\"lost\", {JOB}}}) or vector(0)"), color="red"),
         _stat("Busy pods", "Pods using more than 5 % of a GPU now.",
               _q(f"count(count by (namespace, pod) (({promql.pod_gpu_utilization(POD)}) > 0.05))"

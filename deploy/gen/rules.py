@@ -97,14 +97,16 @@ def alerts() -> list[Alert]:
         Alert("PodgpuGpuLost", 'podgpu_devices{state="lost"} > 0', "1m", "critical",
               "A GPU on {{ $labels.instance }} cannot be read",
               "podgpu at {{ $labels.instance }} found GPUs it could not read in its last cycles "
-              "(fallen off the bus or a driver error); their series are absent. "
+              "(fallen off the bus or a driver error); they export no readings, only their "
+              "identity, DCGM_FI_DEV_XID_ERRORS (79 when fallen off the bus, so PodgpuXidCritical "
+              "fires too) and DCGM_EXP_GPU_HEALTH_STATUS FAIL. "
               "/health/gpus on that node names the GPU and the reason."),
         Alert("PodgpuGpuMissing",
               "(max by (instance, job, Hostname, gpu, UUID) (max_over_time(DCGM_FI_DEV_GPU_TEMP[1h]))"
               " unless on(UUID) DCGM_FI_DEV_GPU_TEMP) and on(instance, job) (up == 1)",
               "1m", "critical",
               f"{GPU} on {NODE} stopped reporting",
-              f"{GPU} on node {NODE} reported within the last hour but has no series now, while "
+              f"{GPU} on node {NODE} reported within the last hour but has no readings now, while "
               "podgpu on {{ $labels.instance }} is up: the GPU was lost (see PodgpuGpuLost) or "
               "removed. Pods on it have lost their GPU."),
         Alert("PodgpuXidCritical", _xid(f'err_code=~"{crit}"'), "0s", "critical",

@@ -29,7 +29,7 @@ SCENARIOS: dict[str, Node] = {
     "healthy-virtual-gpus": Node(virtual_gpus=True),
     "xid79-gpu0": Node(xids=({"gpu": 0, "xid": 79, "every": 86400, "offset": XID_AT},)),
     "xid13-gpu1": Node(xids=({"gpu": 1, "xid": 13, "every": 86400, "offset": XID_AT},)),
-    "lost-gpu3": Node(faults=(lose_gpu(3, FAULT_AT),)),
+    "lost-gpu3": Node(lost_gpus=(lose_gpu(3, FAULT_AT),)),
     "thermal-gpu0": Node(faults=(set_value(
         0, "DCGM_FI_DEV_THERMAL_VIOLATION", lambda t, s: int(0.5e9 * (t - FAULT_AT)), FAULT_AT),)),
     "power-gpu1": Node(faults=(set_value(
@@ -130,6 +130,10 @@ CASES: tuple[Case, ...] = (
     Case("PodgpuXidCritical", "xid79-gpu0", 12,
          (Expect("DCGM_FI_DEV_XID_ERRORS", {"gpu": "0", "err_code": "79"}),)),
     Case("PodgpuXidCritical", "xid79-gpu0", 25, why="the same last XID 15 minutes later is not new"),
+    Case("PodgpuXidCritical", "lost-gpu3", 12,
+         (Expect("DCGM_FI_DEV_XID_ERRORS", {"gpu": "3", "err_code": "79"}),),
+         why="a lost GPU keeps its identity with XID 79 (fallen off the bus)"),
+    Case("PodgpuXidCritical", "lost-gpu3", 25, why="still lost 15 minutes later: not new"),
     Case("PodgpuXidCritical", "xid13-gpu1", 12, why="XID 13 is an application error (warning)"),
     Case("PodgpuXidError", "xid13-gpu1", 12,
          (Expect("DCGM_FI_DEV_XID_ERRORS", {"gpu": "1", "err_code": "13"}),)),

@@ -2,10 +2,12 @@
 
 `expositions()` runs the simulated backend and scenario attributor through `Collector` on a
 fake clock and renders every snapshot with the real exposition renderer: the same bytes
-`podgpu serve --simulate` would serve at those instants. Faults (a lost GPU, throttling, a
-failing stage, a stuck collector, a dead target) are injected by small wrappers around the
-backend and attributor; they are fakes for fault injection only, and change values the way the
-real failure would (a lost GPU's samples vanish and it is listed in `Reading.lost`, ...).
+`podgpu serve --simulate` would serve at those instants. A lost GPU and XID errors come from the
+simulated backend's own scenario (`lost_gpus`, `xids`: sim/lost.py), so a lost GPU exports what
+podgpu exports for one (identity, `DCGM_FI_DEV_XID_ERRORS` 79, the XID count, health FAIL; no
+readings) and is listed in `Reading.lost`. Other faults (throttling, a failing stage, a stuck
+collector, a dead target) are injected by small wrappers around the backend and attributor; they
+are fakes for fault injection only, and change values the way the real failure would.
 """
 
 from __future__ import annotations
@@ -66,15 +68,10 @@ def set_value(gpu: int, field: str, value: Callable[[float, Sample], float | int
     return fault
 
 
-def lose_gpu(gpu: int, start: float) -> Fault:
-    """From `start` on, GPU `gpu` cannot be read (as NVML's GPU_IS_LOST would make it)."""
-    def fault(t: float, r: Reading) -> Reading:
-        if t < start:
-            return r
-        gone = [s for s in r.samples if s.device.index == gpu]
-        return replace(r, samples=tuple(s for s in r.samples if s.device.index != gpu),
-                       lost=r.lost + tuple((s.device.uuid, "GPU is lost") for s in gone))
-    return fault
+def lose_gpu(gpu: int, start: float, xid: int = 79) -> dict[str, Any]:
+    """From `start` on, GPU `gpu` is lost (fell off the bus): a `lost_gpus` entry of the simulated
+    node's scenario (sim/lost.py), so it exports what podgpu exports for a lost GPU."""
+    return {"gpu": gpu, "at": start, "xid": xid}
 
 
 class _FaultyBackend:
@@ -132,6 +129,8 @@ class Node:
 
     faults: tuple[Fault, ...] = ()
     xids: tuple[dict[str, Any], ...] = ()
+    lost_gpus: tuple[dict[str, Any], ...] = ()
+    """Scenario `lost_gpus` entries (`lose_gpu`)."""
     kubelet_gone_at: float | None = None
     stuck_at: float | None = None
     """The collector stops; the server keeps serving the last bytes (a hung NVML call)."""
@@ -153,7 +152,8 @@ class _Clock:
 def expositions(node: Node, times: Sequence[float]) -> Iterator[tuple[float, bytes | None]]:
     """(t, exposition bytes or None when the target is down) at each time in `times`."""
     clock = _Clock()
-    scenario = parse_scenario({**SCENARIO, "xids": list(node.xids)}, source="deploy/gen/simnode.py")
+    scenario = parse_scenario({**SCENARIO, "xids": list(node.xids),
+                               "lost_gpus": list(node.lost_gpus)}, source="deploy/gen/simnode.py")
     sim = SimulatedBackend(node.gpus, MODELS["H100"], clock=clock, scenario=scenario)
     backend = _FaultyBackend(sim, clock, node.faults)
     attributor: Any = SimulatedAttributor(scenario)
