@@ -8,7 +8,10 @@ about who held what in between. Energy comes from the device's counter (mJ) betw
 snapshots and is split between the GPU's holders by their used share (by their allocated share
 when nothing is used or utilisation is unknown); a GPU nobody holds adds to its unattributed
 energy, so pods + unattributed = the device's increase. A GPU without the counter (or whose
-counter went backwards: a driver reload) uses POWER_USAGE x interval instead.
+counter went backwards: a driver reload) uses POWER_USAGE x interval instead. A lost GPU
+(`Sample.lost`) adds no energy for an interval that ends with it lost (nothing on it can be
+read; what it drew while lost is attributed to nobody, its holders keep their allocation:
+shares.py); the first interval after it returns has no counter reading before it and uses power.
 
 A holder seen for the last time more than `grace_seconds` ago is dropped, so its series stay long
 enough for Prometheus to scrape the final value and memory stays bounded under pod churn.
@@ -88,11 +91,12 @@ class State:
 def _energy_j(prev: Snapshot, cur: Snapshot) -> dict[str, tuple[Device, float]]:
     """Per physical GPU UUID: (device, joules between the two snapshots): the energy counter's
     increase, or POWER_USAGE x interval where the counter is missing or went backwards."""
-    before = {s.device.uuid: s.values.get(ENERGY) for s in prev.samples if not s.device.is_mig}
+    before = {s.device.uuid: s.values.get(ENERGY) for s in prev.samples
+              if not s.device.is_mig and s.lost is None}
     dt = cur.taken_at - prev.taken_at
     out: dict[str, tuple[Device, float]] = {}
     for s in cur.samples:
-        if s.device.is_mig:
+        if s.device.is_mig or s.lost is not None:
             continue
         now, then = s.values.get(ENERGY), before.get(s.device.uuid)
         if isinstance(now, int | float) and isinstance(then, int | float) and now >= then:

@@ -12,6 +12,10 @@ A holder is one container on one device (a whole GPU or a MIG instance). Per hol
   when neither is known.
 * **memory**: bytes of GPU memory its processes use; for a sole holder whose processes podgpu
   cannot see, the device's FB_USED.
+
+A lost GPU (`Sample.lost`: fell off the bus) keeps its holders' allocation while the kubelet
+lists it (nobody else can be given it), with used and memory unknown (None) whatever values
+its sample carries: nothing on it can be read, so nothing is measured.
 """
 
 from __future__ import annotations
@@ -128,7 +132,8 @@ def group_allocations(snapshot: Snapshot) -> Group:
 
 def cycle_rates(snapshot: Snapshot) -> dict[str, list[tuple[HolderKey, Rate]]]:
     """Every holder's rate this cycle, per physical GPU (UUID). Holders of devices without a
-    sample this cycle (a lost GPU) are left out: nothing is known about them."""
+    sample this cycle are left out: nothing is known about them. Holders of a lost GPU (a
+    sample with `lost` set) keep their allocation; their use and memory are unknown."""
     groups = group_allocations(snapshot)
     if not groups:
         return {}
@@ -150,6 +155,12 @@ def cycle_rates(snapshot: Snapshot) -> dict[str, list[tuple[HolderKey, Rate]]]:
     for dkey, gpu_uuid, frac, held in groups:
         sample = samples[dkey]
         device = sample.device
+        rates = out.get(gpu_uuid)
+        if rates is None:
+            rates = out[gpu_uuid] = []
+        if sample.lost is not None:  # held, but nothing on it can be read
+            rates.extend((key, (share, None, None, device, ref)) for key, _, share, ref in held)
+            continue
         per_proc = False
         if proc_util:
             for _, pk, _, _ in held:
@@ -158,9 +169,6 @@ def cycle_rates(snapshot: Snapshot) -> dict[str, list[tuple[HolderKey, Rate]]]:
                     break
         dev_util = None if per_proc else device_utilisation(sample)
         fb = _number(sample, FB_USED) if len(held) == 1 else None
-        rates = out.get(gpu_uuid)
-        if rates is None:
-            rates = out[gpu_uuid] = []
         for key, pk, share, ref in held:
             if per_proc:
                 used: float | None = proc_util.get(pk, 0.0) * frac
