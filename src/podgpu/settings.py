@@ -14,7 +14,6 @@ Units: dcgm-exporter's flags keep its milliseconds (`-c`, `-x`, the count window
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from podgpu.errors import ConfigError
 from podgpu.model.selection import DeviceSelection
@@ -191,35 +190,3 @@ class ServeSettings:
     simulation: SimulationSettings | None = None
     accounting: AccountingSettings = field(default_factory=AccountingSettings)
     warnings: tuple[str, ...] = ()
-
-    def __getattr__(self, name: str) -> Any:
-        """The flat names of the settings object before issue 16 (`settings.kubernetes_virtual_gpus`),
-        for code written against them while the tree moves; new code uses the components."""
-        path = _FLAT.get(name)
-        if path is None:
-            raise AttributeError(name)
-        part, _, attr = path.partition(".")
-        return getattr(object.__getattribute__(self, part), attr)
-
-
-_FLAT = {
-    "collectors": "collect.collectors", "collect_interval_ms": "collect.interval_ms",
-    "collect_interval": "collect.interval", "devices": "collect.devices",
-    "configmap_data": "collect.configmap", "xid_count_window_ms": "collect.xid_window_ms",
-    "clock_events_count_window_ms": "collect.clock_events_window_ms",
-    "pod_resources_kubelet_socket": "kubernetes.kubelet_socket",
-    "kubernetes_gpu_id_type": "kubernetes.gpu_id_type",
-    "nvidia_resource_names": "kubernetes.resource_names",
-    "kubernetes_virtual_gpus": "kubernetes.virtual_gpus",
-    "kubernetes_enable_pod_uid": "kubernetes.pod_uid",
-    "kubernetes_enable_pod_labels": "kubernetes.pod_labels",
-    "kubernetes_pod_label_allowlist_regex": "kubernetes.label_allowlist",
-    "proc_root": "kubernetes.proc_root", "kubernetes_enable_dra": "kubernetes.dra",
-    "node_name": "kubernetes.node_name", "host": "http.host", "port": "http.port",
-    "http_max_connections": "http.max_connections",
-    "http_request_timeout": "http.request_timeout", "web_config_file": "http.web_config_file",
-    "hostname": "output.hostname", "hostname_label": "output.hostname_label",
-    "replace_blanks_in_model_name": "output.replace_blanks_in_model_name",
-    "use_old_namespace": "output.old_namespace", "debug": "log.debug",
-    "log_format": "log.format",
-}

@@ -131,7 +131,7 @@ def test_pod_label_allowlist_takes_go_syntax() -> None:
 
     settings = parse_serve_args(
         ["--kubernetes-pod-label-allowlist-regex", r"^app\z,^[[:upper:]]"], {})
-    assert settings.kubernetes_pod_label_allowlist_regex == (r"^app\z", "^[[:upper:]]")
-    app, upper = compile_allowlist(settings.kubernetes_pod_label_allowlist_regex)
+    assert settings.kubernetes.label_allowlist == (r"^app\z", "^[[:upper:]]")
+    app, upper = compile_allowlist(settings.kubernetes.label_allowlist)
     assert app.search("app") and not app.search("app.kubernetes.io/name")
     assert upper.search("Team") and not upper.search("team") and not upper.search(":")

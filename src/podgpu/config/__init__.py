@@ -20,10 +20,7 @@ from podgpu.config.serve import (
 from podgpu.options import Option, parse_bool
 from podgpu.settings import DEFAULT_COLLECT_INTERVAL_MS, ServeSettings
 
-Settings = ServeSettings
-"""The name earlier code used for `ServeSettings`."""
-
 __all__ = ["DEFAULT_ADDRESS", "DEFAULT_COLLECT_INTERVAL_MS", "MAX_COLLECT_INTERVAL_MS",
            "MAX_WINDOW_MS", "MIN_COLLECT_INTERVAL_MS", "OPTIONS", "SERVE_OPTIONS", "Option",
-           "ServeSettings", "Settings", "add_serve_arguments", "parse_bool", "parse_serve_args",
+           "ServeSettings", "add_serve_arguments", "parse_bool", "parse_serve_args",
            "serve_parser", "settings_from"]
