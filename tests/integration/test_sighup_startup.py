@@ -12,7 +12,9 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import free_port
+import pytest
+
+from tests.conftest import ROOT, free_port
 
 
 def _catches(pid: int, sig: int) -> bool:
@@ -73,3 +75,31 @@ def test_the_sighup_handler_comes_before_any_podgpu_part_is_imported() -> None:
     out = subprocess.run([sys.executable, "-c", PROBE, "--simulate", "1"], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     assert out.strip() == "['podgpu', 'podgpu.cli']", out
+
+
+@pytest.mark.parametrize("address", ["off", "listen"])
+def test_sighup_never_kills_podgpu_emf(address: str) -> None:
+    """Issue 19 item 2 (SIGHUP killed the bridge, 3/3): ignored from cli.main's first line; with
+    a listener it reloads the web config, without one it is ignored for good."""
+    seed = ROOT / "tests" / "fixtures" / "seed" / "cwagent-config.json"
+    where = "off" if address == "off" else f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen([sys.executable, "-m", "podgpu", "emf", "--scrape",
+                             "http://127.0.0.1:9/metrics", "--cloudwatch-config", str(seed),
+                             "--cluster-name", "c", "--emf-destination", "stdout", "-a", where],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not _catches(proc.pid, signal.SIGHUP) or not _catches(proc.pid, signal.SIGTERM):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        for _ in range(3):
+            os.kill(proc.pid, signal.SIGHUP)
+            time.sleep(0.2)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=30)[1]
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
