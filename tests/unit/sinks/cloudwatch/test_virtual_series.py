@@ -46,11 +46,14 @@ def agent_rows(snap: Snapshot, labels: LabelOptions, names: set[str]) -> Counter
                                                         "podgpu_gpu_allocation")))
 
 
-@pytest.mark.parametrize("extra", [{}, {"pod_uid": True}, {"old_namespace": True}],
+VIRTUAL = LabelOptions(hostname="node-a", virtual_gpus=True)
+
+
+@pytest.mark.parametrize("labels", [VIRTUAL, dataclasses.replace(VIRTUAL, pod_uid=True),
+                                    dataclasses.replace(VIRTUAL, old_namespace=True)],
                          ids=["default", "pod-uid", "old-namespace"])
-def test_virtual_gpus_emf_series_equal_the_agents_scrape_of_metrics(extra: dict[str, bool]
+def test_virtual_gpus_emf_series_equal_the_agents_scrape_of_metrics(labels: LabelOptions
                                                                     ) -> None:
-    labels = LabelOptions(hostname="node-a", virtual_gpus=True, **extra)
     snap = pods_snapshot()
     mine = emf_rows(snap, labels)
     theirs = agent_rows(snap, labels, {name for name, _, _ in mine})
@@ -59,7 +62,7 @@ def test_virtual_gpus_emf_series_equal_the_agents_scrape_of_metrics(extra: dict[
     util = {lbls: v for (name, lbls, v) in mine if name == "DCGM_FI_DEV_GPU_UTIL"}
     on_gpu1 = [(dict(k), v) for k, v in util.items() if dict(k)["gpu"] == "1"]
     assert sorted(v for _, v in on_gpu1 if "vgpu" not in _) == [100.0]
-    pod = "exported_pod_name" if extra.get("old_namespace") else "pod"  # pod_name: the target
+    pod = "exported_pod_name" if labels.old_namespace else "pod"  # pod_name: the target
     per_pod = {d[pod]: v for d, v in on_gpu1 if "vgpu" in d}
     assert per_pod == {"infer-a": 42.0, "infer-b": 40.0}  # 30 % + 12.5 % printed as %d
 
