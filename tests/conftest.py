@@ -108,6 +108,11 @@ class InProcessAgent:
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read()
 
+    @property
+    def running(self) -> bool:
+        """Still serving (what `proc.poll() is None` says of a process)."""
+        return self._thread.is_alive()
+
     def stop(self) -> int | None:
         self.agent.stop("test done")
         self._thread.join(30)

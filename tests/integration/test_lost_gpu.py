@@ -86,8 +86,8 @@ def assert_lost(m: dict[str, list[Any]], uuid: str, pod: str | None) -> None:
 
 
 def test_one_gpu_node_whose_gpu_is_lost_keeps_alerting_and_is_never_restarted(
-        serve: Any, tmp_path: Path) -> None:
-    p = serve("--simulate", "1", "--simulate-scenario", scenario(tmp_path, 0), "-c", "250",
+        agent: Any, tmp_path: Path) -> None:
+    p = agent("--simulate", "1", "--simulate-scenario", scenario(tmp_path, 0), "-c", "250",
               "-f", metric_list(tmp_path))
     p.wait_ready()
     for body in probes_all_200(p):
@@ -96,12 +96,12 @@ def test_one_gpu_node_whose_gpu_is_lost_keeps_alerting_and_is_never_restarted(
         assert_lost(scrape(p), U[0], "train-0")  # for as long as it is lost
     m = scrape(p)
     assert [s.value for s in m["podgpu_devices"] if s.labels["state"] == "lost"] == [1]
-    assert p.proc.poll() is None
+    assert p.running  # in this process (tests/conftest.py InProcessAgent): never stopped
 
 
 def test_four_gpus_one_lost_the_other_three_fresh_then_it_comes_back(
-        serve: Any, tmp_path: Path) -> None:
-    p = serve("--simulate", "4", "-c", "250", "-f", metric_list(tmp_path),
+        agent: Any, tmp_path: Path) -> None:
+    p = agent("--simulate", "4", "-c", "250", "-f", metric_list(tmp_path),
               "--simulate-scenario", scenario(tmp_path, 2, back_at=3.0, pods=False))
     p.wait_ready()
     m = scrape(p)
@@ -122,9 +122,9 @@ def test_four_gpus_one_lost_the_other_three_fresh_then_it_comes_back(
 
 
 def test_with_the_kubelet_the_lost_gpu_keeps_its_pod_labels(
-        serve: Any, kubelet: FakeKubelet, tmp_path: Path) -> None:
+        agent: Any, kubelet: FakeKubelet, tmp_path: Path) -> None:
     kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", U[0])])
-    p = serve("--simulate", "1", "-k", "--pod-resources-kubelet-socket", kubelet.socket_path,
+    p = agent("--simulate", "1", "-k", "--pod-resources-kubelet-socket", kubelet.socket_path,
               "--simulate-scenario", scenario(tmp_path, 0, pods=False), "-c", "250",
               "-f", metric_list(tmp_path))
     p.wait_ready()
