@@ -1,5 +1,5 @@
 """The live page in a real headless browser (Debian's chromium driven by Playwright) against a
-real `podgpu serve --simulate` (issue 12, item 4).
+`podgpu serve --simulate` agents in this process (issue 12, item 4).
 
 The only fault injection is Playwright's request routing, used to log every request and to
 refuse any that leaves the origin (there must be none), and to keep the snapshot bodies the page
@@ -62,9 +62,9 @@ def _close_contexts(browser) -> Iterator[None]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def node(serve, tmp_path: Path):  # type: ignore[no-untyped-def]
+def node(agent, tmp_path: Path):  # type: ignore[no-untyped-def]
     # 1 s busy / 1 s idle and a 250 ms interval: GPU 0's tile must change within seconds
-    proc = serve("--simulate", "4", "-c", "250", "--simulate-burn", "1,1",
+    proc = agent("--simulate", "4", "-c", "250", "--simulate-burn", "1,1",  # in this process
                  "--simulate-scenario", write_scenario(tmp_path))
     proc.wait_ready()
     return proc
@@ -215,7 +215,7 @@ def test_readable_on_a_phone(browser, node) -> None:  # type: ignore[no-untyped-
     context.close()
 
 
-def test_basic_auth_of_the_web_config_covers_the_page_and_its_json(browser, serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_basic_auth_of_the_web_config_covers_the_page_and_its_json(browser, agent, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The same access control as /metrics: without the password nothing of the page is served;
     with it, the browser's credentials carry over to the page's own polls."""
     import bcrypt
@@ -223,14 +223,8 @@ def test_basic_auth_of_the_web_config_covers_the_page_and_its_json(browser, serv
     web = tmp_path / "web.yml"
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
     web.write_text(f"basic_auth_users:\n  alice: '{hashed}'\n")
-    node = serve("--simulate", "2", "-c", "250", "--web-config-file", str(web))
-    for _ in range(100):  # /metrics needs the password now: wait on /health, which is exempt
-        try:
-            if node.get("/health")[0] == 200:
-                break
-        except OSError:
-            pass
-        time.sleep(0.1)
+    node = agent("--simulate", "2", "-c", "250", "--web-config-file", str(web))
+    node.wait_ready()  # listening: /metrics needs the password now
     for path in ("/", "/api/v1/snapshot", "/static/live.js", "/metrics"):
         status, headers, _ = node.get(path)
         assert status == 401 and headers["WWW-Authenticate"].startswith("Basic"), path
