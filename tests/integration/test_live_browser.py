@@ -1,4 +1,4 @@
-"""The live page in a real headless browser (Debian's chromium driven by Playwright) against a
+"""The live page in a real headless browser (Debian's chromium driven by Playwright) against
 `podgpu serve --simulate` agents in this process (issue 12, item 4).
 
 The only fault injection is Playwright's request routing, used to log every request and to
