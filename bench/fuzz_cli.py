@@ -221,8 +221,11 @@ def main() -> int:
     ap.add_argument("--targets", default="web-config,scenario,metric-list")
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("--case-timeout", type=float, default=20.0)
+    ap.add_argument("--src", type=Path, help="podgpu sources to fuzz (e.g. an older commit's)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.src:
+        sys.path.insert(0, str(args.src))
     import yaml  # noqa: F401
 
     import podgpu.cli  # noqa: F401 - imported once, before the forks

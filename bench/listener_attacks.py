@@ -3,6 +3,7 @@ Prometheus-like scrapers:
 
     .venv/bin/python bench/listener_attacks.py tls-silent --conns 1000 --duration 60 --out X.json
     .venv/bin/python bench/listener_attacks.py pipeline --conns 2000 --duration 60 --out X.json
+    .venv/bin/python bench/listener_attacks.py memory 1000     # KiB per open connection, by kind
 
 - `tls-silent`: podgpu serves TLS (a throw-away certificate); each attacking connection is a TCP
   connect to the TLS port that sends nothing.
@@ -265,7 +266,54 @@ def run_attack(attack: str, *, conns: int, duration: float, scrapers_n: int = 20
     return res
 
 
+def per_connection_memory(conns: int = 1000, src: Path = ROOT / "src") -> dict[str, float]:
+    """KiB of podgpu's RSS per connection held open for 4 s (deadline 60 s), by kind: plain idle
+    (connected, nothing sent), TLS silent, TLS after one byte of a ClientHello (the handshake has
+    started), and a plain pipelining client that never reads (400 GETs sent)."""
+    out: dict[str, float] = {}
+    for kind in ("plain-idle", "tls-silent", "tls-one-byte", "plain-pipelining-non-reader"):
+        port = free_port()
+        tmp = Path(tempfile.mkdtemp(prefix="podgpu-mem-"))
+        cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", "8xH100",
+               "-a", f"127.0.0.1:{port}", "--http-request-timeout", "60"]
+        if kind.startswith("tls"):
+            cmd += ["--web-config-file", str(tls_config(tmp))]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(src)})
+        socks: list[socket.socket] = []
+        try:
+            for _ in range(300):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            time.sleep(1.0)
+            before = rss_fds(proc.pid)[0]
+            for _ in range(conns):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+                s.connect(("127.0.0.1", port))
+                if kind == "tls-one-byte":
+                    s.sendall(b"\x16")
+                elif kind == "plain-pipelining-non-reader":
+                    s.sendall(GET * 400)
+                socks.append(s)
+            time.sleep(4.0)
+            out[kind] = round((rss_fds(proc.pid)[0] - before) * 1024 / conns, 1)
+        finally:
+            for s in socks:
+                s.close()
+            proc.terminate()
+            proc.wait(15)
+    return out
+
+
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "memory":
+        conns = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+        print(json.dumps({"conns": conns, "kib_per_connection": per_connection_memory(conns)}))
+        return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--helper":
         attack, port, conns, duration, pipelined = sys.argv[2:7]
         print(json.dumps(attacker(attack, int(port), int(conns), float(duration),
