@@ -65,7 +65,7 @@ class Collector:
             log.exception("backend %s failed", self._backend.name)
             reading, ok, err = Reading(samples=()), False, f"{type(exc).__name__}: {exc}"
             self._errors[self._backend.name] += 1
-        self._errors[self._backend.name] += reading.errors + len(reading.lost)
+        self._errors[self._backend.name] += reading.errors  # a lost device is one of them
         stages.append(StageResult("backend", time.perf_counter() - t0, ok, err))
 
         attribution = Attribution(processes=reading.processes, status=DISABLED)

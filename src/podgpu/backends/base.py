@@ -14,8 +14,9 @@ from podgpu.model import Device, GpuProcess, Sample
 class Reading:
     """What one `Backend.read` returns.
 
-    `lost` names devices that could not be read at all this cycle, with the reason (their samples
-    are absent); `errors` counts failed calls this cycle (fields merely unsupported are not errors).
+    `lost` names devices that could not be read at all this cycle, with the reason (a lost GPU
+    keeps a sample with `Sample.lost` set, issue 17); `errors` counts failed calls this cycle, one
+    for each lost device included (fields merely unsupported are not errors).
     """
 
     samples: tuple[Sample, ...]

@@ -48,6 +48,7 @@ from podgpu.sinks.prometheus.labels import (
     identity_pairs,
     series_variants,
     short_identity_pairs,
+    with_jobs,
 )
 from podgpu.sinks.prometheus.pods import ALLOCATION, MEMORY, UTIL, allocation_series, pod_usage
 
@@ -241,7 +242,8 @@ class SeriesBuilder:
             if per_process and usage is not None:
                 yield from self._per_process(ident + fields, sample.device.key, held, usage,
                                              per_process)
-            for extra, attrs in series_variants(held, lopts):
+            jobs = snapshot.jobs_of(sample.device)  # --hpc-job-mapping-dir, as on /metrics
+            for extra, attrs in with_jobs(series_variants(held, lopts), jobs):
                 base = ident + fields + extra + attrs
                 if gauges:
                     yield self._key(base, GAUGE), GAUGE, gauges

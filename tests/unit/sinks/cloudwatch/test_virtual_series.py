@@ -75,3 +75,14 @@ def test_default_mode_keeps_one_device_series_per_gpu() -> None:
     assert mine == agent_rows(snap, labels, {name for name, _, _ in mine})
     gpus = [dict(lbls)["gpu"] for name, lbls, _ in mine if name == "DCGM_FI_DEV_GPU_UTIL"]
     assert sorted(gpus) == ["0", "1", "2"]
+
+
+def test_hpc_jobs_reach_emf_as_they_reach_metrics() -> None:
+    """--hpc-job-mapping-dir: the agent scraping /metrics sees hpc_job, so the EMF sink carries it."""
+    labels = LabelOptions(hostname="node-a")
+    snap = dataclasses.replace(pods_snapshot(), hpc_jobs=(("0", ("1001", "1002")),))
+    mine = emf_rows(snap, labels)
+    assert mine == agent_rows(snap, labels, {name for name, _, _ in mine})
+    jobs = sorted(dict(lbls).get("hpc_job", "") for name, lbls, _ in mine
+                  if name == "DCGM_FI_DEV_GPU_UTIL" and dict(lbls)["gpu"] == "0")
+    assert jobs == ["1001", "1002"]
