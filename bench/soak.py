@@ -101,6 +101,9 @@ class Churn:
         """Pod names listed now or in the last three generations (a scrape shows a snapshot up to
         ~2 s old: kubelet poll, collect interval)."""
         self._history: list[set[str]] = []
+        self.last_listed: dict[str, float] = {}
+        """Pod name -> when it was last listed (monotonic s): accounting counters outlive a pod
+        by the grace period (issue 21)."""
 
     def step(self) -> None:
         with self.lock:
@@ -123,13 +126,28 @@ class Churn:
             self.current = pods
             self._history = [*self._history[-2:], before]
             self.recent = set(pods).union(*self._history)
+            now = time.monotonic()
+            for name in before:
+                self.last_listed[name] = now
+            horizon = now - 3600.0
+            self.last_listed = {k: t for k, t in self.last_listed.items() if t >= horizon}
             self.kubelet.set_pods(list(pods.values()))
 
 
-def count_series(body: bytes) -> tuple[int, set[str]]:
-    """(sample lines, pod names on them)."""
+ACCOUNTING = (b"podgpu_pod_gpu_allocated_seconds_total", b"podgpu_pod_gpu_used_seconds_total",
+              b"podgpu_pod_gpu_energy_joules_total", b"podgpu_pod_gpu_memory_byte_seconds_total")
+ACCOUNTING_GRACE_S = 2.0
+"""The soak's --accounting-grace-period: a finished pod's counters must be gone within it plus
+the accounting's prune cadence (accounting/integrate.py PRUNE_EVERY, 10 s)."""
+ACCOUNTING_LINGER_S = ACCOUNTING_GRACE_S + 10.0 + 3.0  # + prune cadence + snapshot age
+
+
+def count_series(body: bytes) -> tuple[int, set[str], set[str]]:
+    """(sample lines, pod names on live series, pod names on accounting counters, which stay
+    for the grace period after the pod is gone)."""
     n = 0
     pods: set[str] = set()
+    counted: set[str] = set()
     for line in body.split(b"\n"):
         if not line or line.startswith(b"#"):
             continue
@@ -137,8 +155,8 @@ def count_series(body: bytes) -> tuple[int, set[str]]:
         i = line.find(b'pod="')
         if i >= 0:
             j = line.index(b'"', i + 5)
-            pods.add(line[i + 5:j].decode())
-    return n, pods
+            (counted if line.startswith(ACCOUNTING) else pods).add(line[i + 5:j].decode())
+    return n, pods, counted
 
 
 def run_soak(*, duration: float, sample_every: float = 10.0, churn_every: float = 3.0,
@@ -152,7 +170,8 @@ def run_soak(*, duration: float, sample_every: float = 10.0, churn_every: float 
         churn.step()
         cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", f"{gpus}xH100", "-k",
                "--pod-resources-kubelet-socket", sock, "-c", str(interval_ms),
-               "--simulate-scenario", "none", "-a", f"127.0.0.1:{port}"]
+               "--simulate-scenario", "none", "-a", f"127.0.0.1:{port}",
+               "--accounting-grace-period", str(ACCOUNTING_GRACE_S)]
         env = {**os.environ, "NODE_NAME": "soak-node", "PYTHONPATH": str(ROOT / "src")}
         err = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
@@ -181,8 +200,11 @@ def run_soak(*, duration: float, sample_every: float = 10.0, churn_every: float 
                             raise OSError(f"status {r.status}")
                         with churn.lock:
                             allowed = set(churn.recent)
-                        series, pods = count_series(body)
-                        stale = pods - allowed
+                            cutoff = time.monotonic() - ACCOUNTING_LINGER_S
+                            counted_ok = allowed | {p for p, t in churn.last_listed.items()
+                                                    if t >= cutoff}
+                        series, pods, counted = count_series(body)
+                        stale = (pods - allowed) | (counted - counted_ok)
                         res.scrapes_with_pods += bool(pods)
                         if stale:
                             res.stale_series_seen += 1

@@ -14,10 +14,12 @@ from soak import run_soak
 
 
 def test_short_soak_counts_stay_flat_while_pods_churn() -> None:
-    res = run_soak(duration=12.0, sample_every=1.0, churn_every=1.0, scrape_every=0.25,
+    # 20 s: longer than a finished pod's accounting counters may linger (grace 2 s + the 10 s
+    # prune cadence + snapshot age), so counters that are never dropped are caught too
+    res = run_soak(duration=20.0, sample_every=1.0, churn_every=1.0, scrape_every=0.25,
                    interval_ms=250)
     assert res.failures == [] and res.failed_scrapes == 0
-    assert res.generations >= 10
+    assert res.generations >= 18
     assert res.stale_series_seen == 0
     assert res.scrapes_with_pods > res.scrapes // 2  # the stale check saw pods at all
     after = res.samples[3:]
