@@ -179,15 +179,17 @@ MIN_STEP = 1024
 
 
 def send_room(sock: Any) -> int:
-    """Bytes the kernel surely takes now: half the send buffer (the kernel counts its own
-    overhead against it) less what is queued and not yet acknowledged (SIOCOUTQ). 0 if unknown.
-    The send buffer is fixed per connection (guard.SEND_BUFFER), so this stays meaningful."""
+    """Bytes the kernel surely takes now: the send buffer less what is queued and not yet
+    acknowledged (SIOCOUTQ), less an eighth for the kernel's own per-packet overhead, which it
+    counts against the buffer too. 0 if unknown. The send buffer is fixed per connection
+    (guard.SEND_BUFFER), so this stays meaningful; a misestimate costs a copy of the part the
+    kernel refused, at most one step."""
     try:
-        size = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        size = int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
         queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
     except (OSError, AttributeError, ValueError, struct.error):
         return 0
-    return max(0, int(size) // 2 - int(queued))
+    return max(0, size - int(queued) - size // 8)
 
 
 def _listen_error(exc: OSError, host: str | None, port: int) -> Exception:
