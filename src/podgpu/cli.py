@@ -85,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     name, rest = args[0], args[1:]
     if name in DAEMONS:  # first, before any slow import (issue 19 item 4)
         signal.signal(signal.SIGHUP, _ignore_sighup)
+        if argv is None:  # a real process: SIGINT ends start-up as SIGTERM's default does, never
+            # a KeyboardInterrupt that a start-up step could swallow; the server's own graceful
+            # SIGINT/SIGTERM handlers take over once it serves (http/server.py, bridge/run.py)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
     elif argv is None and hasattr(signal, "SIGPIPE"):  # `podgpu plan | head`: end quietly
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     cmd = COMMANDS.get(name)

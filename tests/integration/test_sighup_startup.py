@@ -103,3 +103,31 @@ def test_sighup_never_kills_podgpu_emf(address: str) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("command", [["serve", "--simulate", "1"],
+                                     ["emf", "--cloudwatch-config",
+                                      str(ROOT / "deploy/kubernetes/overlays/cloudwatch/cwagent-config.json"),
+                                      "--scrape", "http://127.0.0.1:9/metrics",
+                                      "--emf-destination", "stdout", "--cluster-name", "c"]])
+def test_sigint_during_start_up_ends_the_process(command: list[str]) -> None:
+    """Issue 19 item 2: SIGINT is always honoured. During start-up it ends the process as
+    SIGTERM's default does (before, a KeyboardInterrupt could be swallowed by a start-up step and
+    `podgpu emf` kept running); once serving, the graceful handler takes over (other tests)."""
+    proc = subprocess.Popen([sys.executable, "-m", "podgpu", *command, "-a",
+                             f"127.0.0.1:{free_port()}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not _catches(proc.pid, signal.SIGHUP):  # cli.main has begun
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.002)
+        os.kill(proc.pid, signal.SIGINT)
+        err = proc.communicate(timeout=30)[1]
+        # killed by SIGINT during start-up, or (if start-up had already finished) a clean stop
+        assert proc.returncode in (-signal.SIGINT, 0), err
+        assert "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
