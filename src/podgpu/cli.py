@@ -3,7 +3,9 @@
 `podgpu [serve] [flags]` (serve is the default, so a dcgm-exporter DaemonSet's args work as they
 are), and the commands in COMMANDS. A command's module is imported only when it runs, so `serve`
 never loads the CloudWatch tools and `top` alone needs `rich`. Exit status (errors.exit_status):
-0 ok, 1 runtime failure (no GPU driver, port in use), 2 bad input (flags, environment, files).
+0 ok, 1 runtime failure (no GPU driver outside Kubernetes, port in use), 2 bad input (flags,
+environment, files). In a pod, "no GPU driver yet" is waited for, never an exit
+(`--wait-for-driver`, backends/driverwait.py).
 
 SIGHUP is ignored from the first line of `main`, before any import that takes time, so a reload
 signal sent while podgpu starts never kills it (issue 19 item 4); the agent's reload handler
