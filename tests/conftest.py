@@ -123,16 +123,7 @@ class InProcessAgent:
 @pytest.fixture
 def agent() -> Iterator[type[InProcessAgent]]:
     """Start in-process agents; each is stopped at the end of the test."""
-    started: list[InProcessAgent] = []
-
-    class _Tracked(InProcessAgent):
-        def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-            super().__init__(*args, env=env)
-            started.append(self)
-
-    yield _Tracked
-    for a in started:
-        a.stop()
+    yield from _stopped_after(InProcessAgent)
 
 
 class ServeProcess:
@@ -181,13 +172,22 @@ class ServeProcess:
 
 @pytest.fixture
 def serve() -> Iterator[type[ServeProcess]]:
-    started: list[ServeProcess] = []
+    """Start `podgpu serve` processes; each is stopped at the end of the test."""
+    yield from _stopped_after(ServeProcess)
 
-    class _Tracked(ServeProcess):
+
+S = TypeVar("S", InProcessAgent, ServeProcess)
+
+
+def _stopped_after(cls: type[S]) -> Iterator[type[S]]:
+    """`cls` for the test to start with `(*args, env=...)`; everything started is stopped after."""
+    started: list[S] = []
+
+    class _Tracked(cls):  # type: ignore[valid-type,misc]
         def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
             super().__init__(*args, env=env)
             started.append(self)
 
     yield _Tracked
-    for p in started:
-        p.stop()
+    for s in started:
+        s.stop()

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 from deploy.gen import accounting
+from deploy.gen.simnode import HOSTNAME, INSTANCE, JOB, SCENARIO
 
 from podgpu.accounting import Accountant
 from podgpu.collect import Collector
@@ -27,22 +28,9 @@ from podgpu.sinks.prometheus.labels import LabelOptions
 MINUTES = 120
 CYCLE = 10.0
 RESTART_MINUTE = 70
-HOSTNAME = "gpu-node-1"
-TARGET = (("instance", "10.0.0.11:9400"), ("job", "podgpu"))
-SCENARIO: dict[str, Any] = {
-    "pods": [
-        {"namespace": "ml", "name": "train-0",
-         "containers": [{"name": "trainer", "gpus": [{"gpu": 0}]}]},
-        {"namespace": "inference", "name": "infer-a",
-         "containers": [{"name": "server", "gpus": [{"gpu": 1, "replica": 0, "share": 0.6}]}]},
-        {"namespace": "inference", "name": "infer-b",
-         "containers": [{"name": "server", "gpus": [{"gpu": 1, "replica": 1, "share": 0.4}]}]},
-        {"namespace": "research", "name": "notebook-0",
-         "containers": [{"name": "jupyter", "gpus": [{"gpu": 2, "share": 0}]}]},
-    ],
-}
-"""Busy half the time, exclusive (ml); time-sliced 60/40, busy half the time (inference); held
-and never used (research: the waste); GPU 3 free."""
+TARGET = (("instance", INSTANCE), ("job", JOB))
+# the rule tests' node (simnode.SCENARIO): train-0 exclusive and busy half the time (the burn
+# pattern), infer-a/infer-b time-sliced 60/40, notebook-0 held and never used (the waste), GPU 3 free
 
 _LINE = re.compile(r"^(podgpu_pod_gpu_\w+_total)\{(.*)\} (\S+)$")
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
