@@ -14,6 +14,7 @@ takes over once it serves.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -75,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _ignore_sighup(_signum: int, _frame: object) -> None:
-    import logging
-
-    logging.getLogger("podgpu").warning("SIGHUP during start-up: ignored (send it again once serving)")
+    # No import and no logging here: the handler can run in the middle of an import (of logging
+    # itself, found by CI: a partially initialised module raised out of the import and killed
+    # serve). One write(2) to stderr is safe at any point.
+    os.write(2, b"podgpu: SIGHUP during start-up: ignored (send it again once serving)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
