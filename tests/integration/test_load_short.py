@@ -6,8 +6,11 @@ full run (100 scrapers, 1,000 slow, 20,000 half-open, p99) is in bench/RESULTS.m
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
+
+from podgpu.http.guard import ACCEPT_BACKLOG, ACCEPT_IN_FLIGHT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -22,6 +25,17 @@ def test_scrapes_all_succeed_under_slow_and_half_open_connections() -> None:
     assert res.scrapes >= 20 * 8 / 0.2 * 0.5  # the scrapers ran (half their schedule at least)
     assert res.half_open_opened >= 1000  # five times the cap got in, and had to be closed
     assert res.slow_reopened > 150  # slow connections were closed (deadline or cap) and came back
-    assert res.fds_max <= 200 + 128 + 64  # cap + one accept burst + the process's own files
+    # cap + what accepts in flight hold (three loop turns of 32) + the process's own files; at 128
+    # accepts per turn a loaded 2-core box reached cap + 263 (CI: cap + 247)
+    assert res.fds_max <= 200 + ACCEPT_IN_FLIGHT + 64
     assert res.log_lines <= 10, res.log_lines  # rate-limited: no line per connection
     assert res.exit_status == 0
+
+
+def test_the_kernel_queues_the_full_backlog_while_asyncio_accepts_fewer_per_turn(agent) -> None:
+    a = agent("--simulate", "1")
+    a.wait_ready()
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{a.port}"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[0] == "LISTEN", out
+    assert int(out[2]) == ACCEPT_BACKLOG, out  # Send-Q of a listening socket: its backlog

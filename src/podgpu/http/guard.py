@@ -52,9 +52,10 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from podgpu.http.ratelog import LOG_EVERY_SECONDS, RateLimitedLog, quiet_accept_errors, short
 
-__all__ = ["ACCEPT_BACKLOG", "FD_RESERVE", "LOG_EVERY_SECONDS", "SERVER_NAME", "WRITE_CHUNK",
-           "ConnectionGuard", "GuardedHandler", "Limits", "RateLimitedLog", "effective_cap",
-           "limit_send_buffer", "quiet_accept_errors", "short"]
+__all__ = ["ACCEPT_BACKLOG", "ACCEPT_IN_FLIGHT", "ACCEPT_PER_TURN", "FD_RESERVE",
+           "LOG_EVERY_SECONDS", "SERVER_NAME", "WRITE_CHUNK", "ConnectionGuard", "GuardedHandler",
+           "Limits", "RateLimitedLog", "effective_cap", "limit_send_buffer", "quiet_accept_errors",
+           "short"]
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,15 @@ Prometheus keeps reusing its connection."""
 FD_RESERVE = 128
 """Descriptors kept free below RLIMIT_NOFILE for files, the kubelet socket, NVML and logs."""
 ACCEPT_BACKLOG = 128
-"""The listen backlog. asyncio accepts up to this many connections per loop turn, and a
-connection closed to make room releases its descriptor one turn later, so the cap keeps this
-many descriptors free as well (measured: bench/RESULTS.md "HTTP load")."""
+"""The kernel's listen backlog: connections completed by the kernel and waiting for accept()."""
+ACCEPT_PER_TURN = 32
+"""Connections asyncio accepts per event-loop turn (its `backlog` argument sets both this and the
+listen backlog; server.py raises the kernel's back to ACCEPT_BACKLOG). A connection accepted in
+one turn gets its protocol in the next, is counted (and makes room) in the one after, and the
+connection closed for it releases its descriptor one turn later still: up to three turns of
+accepts hold descriptors beyond the cap. At 128 per turn a loaded 2-core box saw cap + 263."""
+ACCEPT_IN_FLIGHT = 3 * ACCEPT_PER_TURN
+"""Descriptors beyond the cap that accepts in flight can hold; the cap keeps them free too."""
 MAX_LINE_SIZE = 8190
 MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
@@ -109,13 +116,13 @@ class Limits:
 
 
 def effective_cap(requested: int, nofile_soft: int | None = None) -> int:
-    """`requested`, lowered to stay FD_RESERVE + ACCEPT_BACKLOG below the soft RLIMIT_NOFILE
+    """`requested`, lowered to stay FD_RESERVE + ACCEPT_IN_FLIGHT below the soft RLIMIT_NOFILE
     (at least 16)."""
     if nofile_soft is None:
         nofile_soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if nofile_soft == resource.RLIM_INFINITY or nofile_soft <= 0:
         return requested
-    return max(16, min(requested, nofile_soft - FD_RESERVE - ACCEPT_BACKLOG))
+    return max(16, min(requested, nofile_soft - FD_RESERVE - ACCEPT_IN_FLIGHT))
 
 
 class ConnectionGuard:

@@ -27,6 +27,7 @@ from podgpu import __version__
 from podgpu.errors import ConfigError, ListenError
 from podgpu.http.guard import (
     ACCEPT_BACKLOG,
+    ACCEPT_PER_TURN,
     SERVER_NAME,
     WRITE_CHUNK,
     ConnectionGuard,
@@ -119,10 +120,11 @@ async def serve_until_stopped(app: web.Application, host: str | None, port: int,
         else tls_factory(guard, ssl_context, handshake_timeout=limits.request_timeout))
     try:
         listener = await loop.create_server(factory, host, port, reuse_address=True,
-                                            backlog=ACCEPT_BACKLOG)
+                                            backlog=ACCEPT_PER_TURN)
     except OSError as exc:
         await runner.cleanup()
         raise _listen_error(exc, host, port) from None
+    _deepen_backlog(listener)
     scheme = "https" if ssl_context is not None else "http"
     for addr in _bound(listener):
         log.info("listening on %s://%s/metrics (at most %d connections, %g s per request)",
@@ -232,6 +234,14 @@ def accepts_gzip(accept_encoding: str) -> bool:
         if coding == "*":
             star = q
     return star is not None and star > 0
+
+
+def _deepen_backlog(listener: asyncio.Server) -> None:
+    """Give the kernel ACCEPT_BACKLOG for connections asyncio accepts ACCEPT_PER_TURN at a time
+    (listen() again on a duplicate of each listening socket changes the socket they share)."""
+    for ts in listener.sockets:
+        with socket.fromfd(ts.fileno(), ts.family, ts.type) as dup:
+            dup.listen(ACCEPT_BACKLOG)
 
 
 def _bound(listener: asyncio.Server) -> list[str]:

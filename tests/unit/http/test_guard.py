@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from podgpu.http.guard import (
-    ACCEPT_BACKLOG,
+    ACCEPT_IN_FLIGHT,
     FD_RESERVE,
     RateLimitedLog,
     effective_cap,
@@ -52,7 +52,7 @@ def test_accept_errors_from_the_event_loop_are_rate_limited(
 @pytest.mark.parametrize(("requested", "nofile", "cap"), [
     (2048, 1_048_576, 2048),
     (2048, 20_000, 2048),
-    (2048, 1024, 1024 - FD_RESERVE - ACCEPT_BACKLOG),
+    (2048, 1024, 1024 - FD_RESERVE - ACCEPT_IN_FLIGHT),
     (2048, 100, 16),
 ])
 def test_the_cap_stays_below_the_descriptor_limit(requested: int, nofile: int, cap: int) -> None:
