@@ -115,18 +115,22 @@ class FaultProxy:
     * ``denied``: HTTP 400 ``AccessDeniedException``, the answer to a missing IAM permission;
     * ``500``: HTTP 500 ``InternalFailure``;
     * ``slow``: wait `slow_seconds`, then forward;
-    * ``close``: read the request and close the connection without answering.
+    * ``close``: read the request and close the connection without answering;
+    * ``trickle``: for one request (the mode then goes back to ``pass``), the status line and
+      then one header byte a second until the proxy closes; `trickling` counts those still open.
 
     Every request is counted by (mode, X-Amz-Target).
     """
 
-    MODES = ("pass", "throttle", "denied", "500", "slow", "close")
+    MODES = ("pass", "throttle", "denied", "500", "slow", "close", "trickle")
 
     def __init__(self, upstream: str, slow_seconds: float = 0.3) -> None:
         self._mode = "pass"
         self._lock = threading.Lock()
         self._counts: Counter[tuple[str, str]] = Counter()
         self.slow_seconds = slow_seconds
+        self.trickling = 0
+        self._closing = threading.Event()
         host, port = upstream.removeprefix("http://").split(":")
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler(host, int(port)))
         self._server.daemon_threads = True
@@ -153,7 +157,22 @@ class FaultProxy:
         with self._lock:
             mode = self._mode
             self._counts[(mode, target)] += 1
+            if mode == "trickle":
+                self._mode = "pass"
+                self.trickling += 1
         return mode
+
+    def _trickle(self, wfile: Any) -> None:
+        try:
+            wfile.write(b"HTTP/1.1 200 OK\r\n")
+            while not self._closing.wait(1.0):
+                wfile.write(b"X")
+                wfile.flush()
+        except OSError:
+            pass  # the client gave up on this connection
+        finally:
+            with self._lock:
+                self.trickling -= 1
 
     def _handler(self, host: str, port: int) -> type[BaseHTTPRequestHandler]:
         proxy = self
@@ -178,6 +197,9 @@ class FaultProxy:
                 elif mode == "close":
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
+                elif mode == "trickle":
+                    self.close_connection = True
+                    proxy._trickle(self.wfile)
                 else:
                     if mode == "slow":
                         time.sleep(proxy.slow_seconds)
@@ -216,6 +238,7 @@ class FaultProxy:
         return Handler
 
     def close(self) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
 

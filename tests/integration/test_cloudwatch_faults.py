@@ -42,7 +42,8 @@ RAW: dict[int, list[float]] = {}
 
 def run_sink(proxy: FaultProxy, stream: str, minutes: int, queue_bytes: int,
              fault: str, fault_minutes: int, timeout: float = 30.0, group: str = GROUP,
-             faulted: int = 1) -> tuple[EmfSink, dict[tuple[Any, int], str]]:
+             faulted: int = 1, send_timeout: float = 30.0
+             ) -> tuple[EmfSink, dict[tuple[Any, int], str]]:
     """Drive `minutes` of 1 s cycles through the sink with `fault` on for the first
     `fault_minutes` (and until the proxy has answered `faulted` PutLogEvents with it, so a slow
     machine cannot skip the fault); returns the sink and what an ideal run would have sent, by
@@ -54,7 +55,8 @@ def run_sink(proxy: FaultProxy, stream: str, minutes: int, queue_bytes: int,
     queue = EventQueue(queue_bytes)
     encoder = Encoder(config)
     sink = EmfSink(node.builder(), encoder, queue, dest, interval=60.0,
-                   sender=Sender(dest, queue, backoff_base=0.01, backoff_cap=0.05))
+                   sender=Sender(dest, queue, backoff_base=0.01, backoff_cap=0.05,
+                                 send_timeout=send_timeout))
     truth_encoder = Encoder(config)
     truth = WindowAccumulator(60.0, truth_encoder.wanted)
     truth_builder = node.builder()
@@ -164,6 +166,22 @@ def test_errors_and_slow_or_broken_connections_delay_but_lose_nothing(
     assert proxy.count(PUT, mode=fault) > 0  # the fault was met, not skipped
     if fault != "slow":
         assert st.retried > 0
+
+
+def test_an_endpoint_that_trickles_its_answer_holds_one_connection_not_the_sink(
+        proxy: FaultProxy, moto_url: str) -> None:
+    """The first PutLogEvents gets a status line and then a header byte a second, for ever: the
+    read timeout never fires. The sender gives up at its deadline and aborts, so the destination
+    sends the batch again on a fresh connection while the first is still trickling (without
+    abort() every later send waited for that one)."""
+    sink, expected = run_sink(proxy, "trickled", minutes=3, queue_bytes=8 << 20,
+                              fault="trickle", fault_minutes=2, send_timeout=1.0)
+    assert proxy.count(PUT, mode="trickle") == 1
+    assert proxy.trickling == 1  # still holding its connection: nothing waited for it
+    got = arrived(moto_url, "trickled")
+    assert set(got) == set(expected) and all(len(v) == 1 for v in got.values())
+    st = sink.stats()
+    assert st.dropped == 0 and st.sent == len(expected) and st.retried > 0
 
 
 def test_access_denied_is_reported_kept_and_recovers(proxy: FaultProxy, moto_url: str) -> None:

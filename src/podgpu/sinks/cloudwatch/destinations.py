@@ -107,7 +107,9 @@ class StdoutDestination:
 
 class SocketDestination:
     """The CloudWatch agent's EMF listener: newline-delimited JSON over TCP, or one UDP datagram
-    per event. The events carry `_aws.LogGroupName`/`LogStreamName` so the agent routes them."""
+    per event. The events carry `_aws.LogGroupName`/`LogStreamName` so the agent routes them.
+    No `abort()`: every socket call has `timeout` (5 s; `sendall` in all, connect alone), well
+    inside the sender's deadline, so a send never needs abandoning."""
 
     max_batch_events = 10_000
     max_batch_bytes = 1_048_576
@@ -195,6 +197,13 @@ class CloudWatchDestination:
                     continue
                 raise _translate(exc, code) from None
         raise SendError("cloudwatch: log stream still missing after creating it", retryable=True)
+
+    def abort(self) -> None:
+        """The sender gave up waiting for a send (its deadline): the next one goes out on a fresh
+        connection, so an endpoint that trickles its answer holds one connection, not the sink.
+        Should the abandoned call still land, its events are sent twice; retries after a lost
+        answer do the same (at least once, as the CloudWatch agent)."""
+        self._api.renew()
 
     def _create(self) -> None:
         """Create the log group (if allowed) and the log stream; 'already exists' is fine."""

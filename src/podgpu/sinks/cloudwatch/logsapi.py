@@ -69,9 +69,14 @@ class LogsApi:
             raise ConfigError("CloudWatch Logs client: no region (set --aws-region or AWS_REGION)")
         self.url = endpoint_url or self._resolve_endpoint()
         verify = self._session.get_config_variable("ca_bundle") or True
-        self._http: Any = URLLib3Session(
-            verify=verify, proxies=get_environ_proxies(self.url),
-            timeout=(min(10.0, timeout), timeout), max_pool_connections=1)
+        proxies = get_environ_proxies(self.url)
+
+        def connection() -> Any:
+            return URLLib3Session(verify=verify, proxies=proxies,
+                                  timeout=(min(10.0, timeout), timeout), max_pool_connections=1)
+
+        self._connection = connection
+        self._http: Any = connection()
         self._user_agent = f"podgpu botocore/{botocore.__version__}"
 
     def _resolve_endpoint(self) -> str:
@@ -109,7 +114,12 @@ class LogsApi:
                                       "User-Agent": self._user_agent, **(headers or {})})
         SigV4Auth(credentials.get_frozen_credentials(), SIGNING_NAME, self.region
                   ).add_auth(request)
-        response = self._http.send(request.prepare())
+        http = self._http
+        try:
+            response = http.send(request.prepare())
+        finally:
+            if http is not self._http:  # renewed while this call ran: nobody reuses its pool
+                http.close()
         content = response.content or b"{}"
         try:
             answer = json.loads(content)
@@ -128,6 +138,11 @@ class LogsApi:
             code = f"HTTP{status}"
             message = message or content[:200].decode("utf-8", "replace")
         raise LogsApiError(code, message, status)
+
+    def renew(self) -> None:
+        """Make the next call on a fresh connection, from any thread; a call still running on
+        the old one ends on its own (its read timeout, or the peer) and closes it then."""
+        self._http = self._connection()
 
     def close(self) -> None:
         self._http.close()
