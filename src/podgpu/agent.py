@@ -160,9 +160,19 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     if gone:
         log.warning("these listed fields are unavailable on this node and will be absent: %s "
                     "(%s)", ", ".join(gone), unavailable[gone[0]])
-    build = (("version", __version__), ("backend", backend.name),
-             ("driver_version", info.get("driver_version", "")),
-             ("python_version", sys.version.split()[0]))
+    build = [(("version", __version__), ("backend", backend.name),
+              ("driver_version", info.get("driver_version", "")),
+              ("python_version", sys.version.split()[0]))]
+
+    def build_labels() -> tuple[tuple[str, str], ...]:
+        """podgpu_build_info's labels; the driver's version once it is known (a node whose
+        driver came up after podgpu started has none at start, issue 22)."""
+        if not build[0][2][1]:
+            version = backend.info().get("driver_version", "")
+            if version:
+                build[0] = (*build[0][:2], ("driver_version", version), build[0][3])
+        return build[0]
+
     c = settings.collect
     followed = list_file(c)
     if c.configmap is None:  # logged once everything is validated: a bad input stays one line
@@ -179,7 +189,7 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     sources: list[MetricSource] = [*([emf] if emf is not None else []), stats]
 
     def render_snapshot(snapshot, timings):  # type: ignore[no-untyped-def]
-        body = render(snapshot, lists.current, RenderOptions(agent.label_opts, build, timings))
+        body = render(snapshot, lists.current, RenderOptions(agent.label_opts, build_labels(), timings))
         if acct is not None:
             body += acct.render().encode()
         return body + render_sources(sources).encode()

@@ -1,0 +1,52 @@
+"""An agent that started before the NVIDIA driver (issue 22's driver wait) serving through the
+driver's arrival: no GPUs and an empty driver_version first, then the GPUs and the driver's
+version in podgpu_build_info without a restart. The agent and NvmlBackend are real; the fake
+pynvml fails nvmlInit until the test lets the driver appear (fault injection)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+import urllib.request
+
+from podgpu.agent import build_agent, run
+from podgpu.backends.driverwait import DriverWait
+from podgpu.backends.nvml import NvmlBackend
+from podgpu.config import parse_serve_args
+from tests.conftest import wait_for
+from tests.fakes.fake_pynvml import DRIVER_NOT_LOADED, FakeGpu, FakeNvml
+
+UUID = "GPU-22222222-0000-0000-0000-000000000000"
+
+
+def build_info(url: str) -> dict[str, str]:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    line = next(x for x in text.splitlines() if x.startswith("podgpu_build_info{"))
+    return dict(re.findall(r'(\w+)="([^"]*)"', line))
+
+
+def test_build_info_names_the_driver_once_it_arrives() -> None:
+    nv = FakeNvml([FakeGpu(UUID)], init_error=DRIVER_NOT_LOADED)
+    settings = parse_serve_args(["--address", "127.0.0.1:0", "-c", "100", "--kubernetes=false"],
+                                {"NODE_NAME": "test-node"})
+    agent = dataclasses.replace(build_agent(settings), backend=DriverWait(
+        NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.05))  # type: ignore[arg-type]
+    ready = threading.Event()
+    thread = threading.Thread(target=run, args=(agent,), kwargs={"ready": lambda _a: ready.set()},
+                              daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(30)
+        before = build_info(agent.url)
+        assert before["driver_version"] == "" and before["backend"] == "nvml"
+        nv.init_error = None  # the driver is installed
+        after = wait_for(lambda: (lambda b: b if b["driver_version"] else None)(
+            build_info(agent.url)), timeout=30, what="driver_version in podgpu_build_info")
+        assert after["driver_version"] == nv.driver
+        assert {k: v for k, v in after.items() if k != "driver_version"} == \
+            {k: v for k, v in before.items() if k != "driver_version"}
+    finally:
+        agent.stop("test done")
+        thread.join(30)
