@@ -155,11 +155,6 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
                     len(devices), devices[0].model if devices else "?")
     elif devices or not isinstance(backend, DriverWait):  # waiting: DriverWait logs it (issue 22)
         log.info("NVML: %d device(s), driver %s", len(devices), info.get("driver_version"))
-    unavailable = backend.unavailable_fields()
-    gone = sorted(n for n in unavailable if n in {r.name for r in agent.metrics.metrics})
-    if gone:
-        log.warning("these listed fields are unavailable on this node and will be absent: %s "
-                    "(%s)", ", ".join(gone), unavailable[gone[0]])
     build = [(("version", __version__), ("backend", backend.name),
               ("driver_version", info.get("driver_version", "")),
               ("python_version", sys.version.split()[0]))]
@@ -182,6 +177,18 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     follower = ListFollower(followed, lists.request, poll_seconds=c.list_poll_seconds
                             ) if followed is not None else None
     hpc = HpcJobMapper(c.hpc_job_mapping_dir) if c.hpc_job_mapping_dir else None
+
+    def report_unavailable() -> None:
+        unavailable = backend.unavailable_fields()
+        gone = sorted(n for n in unavailable if n in {r.name for r in lists.current.metrics})
+        if gone:
+            log.warning("these listed fields are unavailable on this node and will be absent: "
+                        "%s (%s)", ", ".join(gone), unavailable[gone[0]])
+
+    if isinstance(backend, DriverWait):  # a driver that comes later is reported when it does
+        backend.when_ready(report_unavailable)
+    else:
+        report_unavailable()
 
     acct = build_accountant(settings.accounting, agent.label_opts)  # issue 21; None when off
 

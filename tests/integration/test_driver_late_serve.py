@@ -1,14 +1,19 @@
 """An agent that started before the NVIDIA driver (issue 22's driver wait) serving through the
 driver's arrival: no GPUs and an empty driver_version first, then the GPUs and the driver's
-version in podgpu_build_info without a restart. The agent and NvmlBackend are real; the fake
+version in podgpu_build_info without a restart, and the listed fields this node lacks logged once
+the GPUs are known. The agent and NvmlBackend are real; the fake
 pynvml fails nvmlInit until the test lets the driver appear (fault injection)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import threading
 import urllib.request
+from pathlib import Path
+
+import pytest
 
 from podgpu.agent import build_agent, run
 from podgpu.backends.driverwait import DriverWait
@@ -27,10 +32,15 @@ def build_info(url: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', line))
 
 
-def test_build_info_names_the_driver_once_it_arrives() -> None:
-    nv = FakeNvml([FakeGpu(UUID)], init_error=DRIVER_NOT_LOADED)
-    settings = parse_serve_args(["--address", "127.0.0.1:0", "-c", "100", "--kubernetes=false"],
-                                {"NODE_NAME": "test-node"})
+def test_build_info_and_unavailable_fields_once_the_driver_arrives(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "podgpu.agent")
+    listed = tmp_path / "list.csv"
+    listed.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n"
+                      "DCGM_FI_PROF_SM_ACTIVE, gauge, SM active (GPM; this GPU has none)\n")
+    nv = FakeNvml([FakeGpu(UUID, gpm_supported=False)], init_error=DRIVER_NOT_LOADED)
+    settings = parse_serve_args(["--address", "127.0.0.1:0", "-c", "100", "--kubernetes=false",
+                                 "-f", str(listed)], {"NODE_NAME": "test-node"})
     agent = dataclasses.replace(build_agent(settings), backend=DriverWait(
         NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.05))  # type: ignore[arg-type]
     ready = threading.Event()
@@ -41,12 +51,16 @@ def test_build_info_names_the_driver_once_it_arrives() -> None:
         assert ready.wait(30)
         before = build_info(agent.url)
         assert before["driver_version"] == "" and before["backend"] == "nvml"
+        assert "unavailable" not in caplog.text  # nothing is known of the GPUs yet
         nv.init_error = None  # the driver is installed
         after = wait_for(lambda: (lambda b: b if b["driver_version"] else None)(
             build_info(agent.url)), timeout=30, what="driver_version in podgpu_build_info")
         assert after["driver_version"] == nv.driver
         assert {k: v for k, v in after.items() if k != "driver_version"} == \
             {k: v for k, v in before.items() if k != "driver_version"}
+        unavailable = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+        assert len(unavailable) == 1 and "DCGM_FI_PROF_SM_ACTIVE" in unavailable[0]
+        assert "DCGM_FI_DEV_GPU_TEMP" not in unavailable[0]
     finally:
         agent.stop("test done")
         thread.join(30)

@@ -67,6 +67,7 @@ class DriverWait:
         self._since = 0.0
         self._attempts = 0
         self._thread: threading.Thread | None = None
+        self._when_ready: list[Callable[[], None]] = []
 
     # --- lifecycle
     def open(self) -> None:
@@ -117,11 +118,26 @@ class DriverWait:
             with self._lock:
                 waited = self._clock() - self._since
                 self._reason = None
-            self._ready.set()
+                self._ready.set()
+                then, self._when_ready = self._when_ready, []
             devices = self._inner.devices()
             log.warning("the NVIDIA driver is ready after %.0f s: NVML %d device(s), driver %s",
                         waited, len(devices), self._inner.info().get("driver_version", "?"))
+            for fn in then:
+                try:
+                    fn()
+                except Exception:  # a report that failed must not end the wait's thread badly
+                    log.exception("after the NVIDIA driver became ready")
             return
+
+    def when_ready(self, fn: Callable[[], None]) -> None:
+        """Run `fn` once NVML is open: now (on this thread) if it is, else on the waiting
+        thread when it opens."""
+        with self._lock:
+            if not self._ready.is_set():
+                self._when_ready.append(fn)
+                return
+        fn()
 
     def waiting(self) -> str | None:
         """Why there are no GPUs yet (for /health), or None once NVML is open."""

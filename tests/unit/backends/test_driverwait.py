@@ -40,8 +40,12 @@ def test_waits_without_gpus_then_serves_them_when_the_driver_appears() -> None:
         assert reason is not None and "libnvidia-ml.so.1" in reason and "waiting" in reason
         until(lambda: nv.calls["nvmlInit"] >= 3)  # it keeps trying
         assert w.waiting() is not None
+        ran: list[str] = []
+        w.when_ready(lambda: ran.append(threading.current_thread().name))
+        assert ran == []
         nv.init_error = None  # the driver is installed
         until(lambda: w.waiting() is None)
+        until(lambda: ran == ["podgpu-driver-wait"])
         (sample,) = w.read(FIELDS).samples
         assert sample.device.uuid == "GPU-11111111-0000-0000-0000-000000000000"
         assert w.info()["driver_version"] == nv.driver
@@ -59,6 +63,9 @@ def test_a_driver_that_is_there_opens_at_once_without_a_thread() -> None:
         assert w.waiting() is None and len(w.devices()) == 1
         assert not [t for t in threading.enumerate() if t.name == "podgpu-driver-wait"]
         assert threading.active_count() >= before
+        ran: list[str] = []
+        w.when_ready(lambda: ran.append(threading.current_thread().name))
+        assert ran == [threading.current_thread().name]  # at once, on the caller's thread
     finally:
         w.close()
 
