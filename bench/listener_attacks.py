@@ -42,6 +42,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from load import free_port, pct, rss_fds
+
 ROOT = Path(__file__).resolve().parents[1]
 GET = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\n\r\n"
 _CLOSED_STATES = {7, 8, 9}  # TCP_CLOSE, TCP_CLOSE_WAIT, TCP_LAST_ACK (linux/tcp_states.h)
@@ -73,23 +75,6 @@ class AttackResult:
     log_tail: list[str] = field(default_factory=list)
     exit_status: int | None = None
     passed: bool = False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_fds(pid: int) -> tuple[float, int]:
-    with open(f"/proc/{pid}/status") as f:
-        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    return rss / 1024, len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(q * len(s)))], 2) if s else 0.0
 
 
 def tcp_closed(s: socket.socket) -> bool:
