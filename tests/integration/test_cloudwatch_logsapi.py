@@ -72,6 +72,22 @@ def test_the_endpoint_comes_from_botocores_rules(monkeypatch: pytest.MonkeyPatch
         "https://logs-fips.us-east-1.amazonaws.com"
 
 
+def test_a_configured_endpoint_is_read_as_boto3_reads_it(monkeypatch: pytest.MonkeyPatch,
+                                                         moto_url: str) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # global: the service one wins
+    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", moto_url)
+    d = CloudWatchDestination(log_group="/lean/env", log_stream="s", region="us-east-1")
+    assert d.send([(int(time.time() * 1000), '{"via": "env"}')]) == 0  # reached moto
+    assert [e["message"] for e in read_events(moto_url, "/lean/env", "s")] == ['{"via": "env"}']
+    assert LogsApi(region="us-east-1", endpoint_url="http://explicit:1").url == \
+        "http://explicit:1"  # --emf-endpoint-url wins over the environment
+    monkeypatch.delenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")
+    assert LogsApi(region="us-east-1", endpoint_url=None).url == "http://127.0.0.1:9"
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+    assert LogsApi(region="us-east-1", endpoint_url=None).url == \
+        "https://logs.us-east-1.amazonaws.com"
+
+
 def test_no_region_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")

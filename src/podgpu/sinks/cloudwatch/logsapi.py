@@ -7,8 +7,10 @@ objects. This module keeps what must not be hand-written and drops the rest:
 - credentials: botocore's default chain from a botocore Session (environment, IRSA web identity,
   EKS Pod Identity, shared files, instance metadata), refreshed by botocore as they expire;
 - signing: botocore's `SigV4Auth` (service `logs`);
-- the endpoint: botocore's `EndpointProvider` over the Logs endpoint rule set and partitions.json
-  (a few KB), so FIPS and non-`aws` partitions resolve as boto3 would;
+- the endpoint: one configured as boto3 reads it (`AWS_ENDPOINT_URL_CLOUDWATCH_LOGS`,
+  `AWS_ENDPOINT_URL`, the shared config's services section), else botocore's `EndpointProvider`
+  over the Logs endpoint rule set and partitions.json (a few KB), so FIPS and non-`aws`
+  partitions resolve as boto3 would;
 - transport: botocore's `URLLib3Session` (the proxy environment, AWS_CA_BUNDLE, timeouts), no
   retries (the sender retries);
 - the AWS JSON 1.1 protocol itself (POST /, `X-Amz-Target: Logs_20140328.<Action>`, errors as
@@ -67,7 +69,7 @@ class LogsApi:
         self.region = str(region or self._session.get_config_variable("region") or "")
         if not self.region:
             raise ConfigError("CloudWatch Logs client: no region (set --aws-region or AWS_REGION)")
-        self.url = endpoint_url or self._resolve_endpoint()
+        self.url = endpoint_url or self._configured_endpoint() or self._resolve_endpoint()
         verify = self._session.get_config_variable("ca_bundle") or True
         proxies = get_environ_proxies(self.url)
 
@@ -78,6 +80,21 @@ class LogsApi:
         self._connection = connection
         self._http: Any = connection()
         self._user_agent = f"podgpu botocore/{botocore.__version__}"
+
+    def _configured_endpoint(self) -> str | None:
+        """An endpoint set as boto3 clients read one: AWS_ENDPOINT_URL_CLOUDWATCH_LOGS, then
+        AWS_ENDPOINT_URL, then `endpoint_url` in the shared config file's services section or
+        profile; none when AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true."""
+        if self._session.get_config_variable("ignore_configured_endpoint_urls"):
+            return None
+        from botocore.configprovider import (  # type: ignore[import-untyped]
+            ConfiguredEndpointProvider,
+        )
+
+        found = ConfiguredEndpointProvider(
+            full_config=self._session.full_config, scoped_config=self._session.get_scoped_config(),
+            client_name="logs").provide()
+        return str(found) if found else None
 
     def _resolve_endpoint(self) -> str:
         from botocore.endpoint_provider import EndpointProvider  # type: ignore[import-untyped]
