@@ -138,7 +138,7 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     from podgpu.fields.metriclist import describe_source
     from podgpu.http.guard import ConnectionGuard, Limits
     from podgpu.http.publish import Publisher
-    from podgpu.http.ready import add_ready_route
+    from podgpu.http.ready import add_ready_route, driver_waiting
     from podgpu.http.server import make_app, serve_until_stopped
     from podgpu.http.stats import HttpStats
     from podgpu.reload import MetricListSwitch, install_sighup
@@ -243,7 +243,8 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     app = make_app(publisher, interval=interval, backend=backend.name, sinks=sinks)
     # readiness: /health, or 503 while the NVIDIA driver is awaited (issue 22, http/ready.py)
     add_ready_route(app, publisher, interval=interval, backend=backend.name,
-                    waiting=backend.waiting if isinstance(backend, DriverWait) else lambda: None)
+                    waiting=driver_waiting(backend.waiting, backend.devices, publisher)
+                    if isinstance(backend, DriverWait) else lambda: None)
     if security is not None:
         security.install(app)  # every route: basic auth, headers, SANs, rate limit
     install_sighup(app, blocking=[lists.request],

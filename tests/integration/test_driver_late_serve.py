@@ -6,19 +6,25 @@ pynvml fails nvmlInit until the test lets the driver appear (fault injection).""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import logging
 import re
 import threading
+import time
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from podgpu.agent import build_agent, run
+from podgpu.agent import Agent, build_agent, run
 from podgpu.backends.driverwait import DriverWait
 from podgpu.backends.nvml import NvmlBackend
 from podgpu.config import parse_serve_args
+from podgpu.http.ready import FIRST_COLLECTION
 from tests.conftest import wait_for
 from tests.fakes.fake_pynvml import DRIVER_NOT_LOADED, FakeGpu, FakeNvml
 
@@ -32,23 +38,60 @@ def build_info(url: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', line))
 
 
+@contextlib.contextmanager
+def serving_before_the_driver(nv: FakeNvml, *args: str) -> Iterator[Agent]:
+    """`podgpu serve ARGS` in this process on the real NvmlBackend behind DriverWait, listening."""
+    settings = parse_serve_args(["--address", "127.0.0.1:0", "--kubernetes=false", *args],
+                                {"NODE_NAME": "test-node"})
+    agent = dataclasses.replace(build_agent(settings), backend=DriverWait(
+        NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.05))  # type: ignore[arg-type]
+    listening = threading.Event()
+    thread = threading.Thread(target=run, args=(agent,), daemon=True,
+                              kwargs={"ready": lambda _a: listening.set()})
+    thread.start()
+    try:
+        assert listening.wait(30)
+        yield agent
+    finally:
+        agent.stop("test done")
+        thread.join(30)
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_ready_only_once_metrics_hold_the_gpus() -> None:
+    """A 2 s collect interval puts up to 2 s between NVML opening and the first snapshot with the
+    GPU: /health/ready must not turn 200 in between (a Ready pod's first scrape has the GPUs)."""
+    nv = FakeNvml([FakeGpu(UUID)], init_error=DRIVER_NOT_LOADED)
+    with serving_before_the_driver(nv, "-c", "2000") as agent:
+        status, body = get(agent.url + "/health/ready")
+        assert status == 503 and json.loads(body)["status"] == "waiting"
+        nv.init_error = None  # the driver is installed
+        reasons: set[str] = set()
+        while (answer := get(agent.url + "/health/ready"))[0] == 503:
+            reasons.update(json.loads(answer[1])["reasons"])
+            assert len(reasons) < 10, reasons
+            time.sleep(0.02)
+        assert answer[0] == 200
+        status, text = get(agent.url + "/metrics")
+        assert status == 200 and f'UUID="{UUID}"' in text  # ready, so the GPU is there
+        assert all(r == FIRST_COLLECTION or "NVIDIA driver" in r for r in reasons), reasons
+
+
 def test_build_info_and_unavailable_fields_once_the_driver_arrives(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     caplog.set_level(logging.WARNING, "podgpu.agent")
     listed = tmp_path / "list.csv"
     listed.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n"
                       "DCGM_FI_PROF_SM_ACTIVE, gauge, SM active (GPM; this GPU has none)\n")
     nv = FakeNvml([FakeGpu(UUID, gpm_supported=False)], init_error=DRIVER_NOT_LOADED)
-    settings = parse_serve_args(["--address", "127.0.0.1:0", "-c", "100", "--kubernetes=false",
-                                 "-f", str(listed)], {"NODE_NAME": "test-node"})
-    agent = dataclasses.replace(build_agent(settings), backend=DriverWait(
-        NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.05))  # type: ignore[arg-type]
-    ready = threading.Event()
-    thread = threading.Thread(target=run, args=(agent,), kwargs={"ready": lambda _a: ready.set()},
-                              daemon=True)
-    thread.start()
-    try:
-        assert ready.wait(30)
+    with serving_before_the_driver(nv, "-c", "100", "-f", str(listed)) as agent:
         before = build_info(agent.url)
         assert before["driver_version"] == "" and before["backend"] == "nvml"
         assert "unavailable" not in caplog.text  # nothing is known of the GPUs yet
@@ -61,6 +104,3 @@ def test_build_info_and_unavailable_fields_once_the_driver_arrives(
         unavailable = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
         assert len(unavailable) == 1 and "DCGM_FI_PROF_SM_ACTIVE" in unavailable[0]
         assert "DCGM_FI_DEV_GPU_TEMP" not in unavailable[0]
-    finally:
-        agent.stop("test done")
-        thread.join(30)

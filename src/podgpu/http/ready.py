@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any
 
 from aiohttp import web
@@ -22,6 +22,33 @@ from podgpu.http.health import health
 from podgpu.http.publish import Publisher
 
 READY_PATH = "/health/ready"
+
+
+FIRST_COLLECTION = "the NVIDIA driver is ready; waiting for the first collection of its GPUs"
+
+
+def driver_waiting(waiting: Callable[[], str | None], devices: Callable[[], Sized],
+                   publisher: Publisher) -> Callable[[], str | None]:
+    """The `waiting` of add_ready_route for a backend behind DriverWait: its reason while NVML
+    is not open, then FIRST_COLLECTION until a published snapshot holds the GPUs NVML found (so
+    the first scrape of a Ready pod has them: they come one collect cycle after the driver),
+    then None for good (a GPU lost later keeps the pod Ready, as /health decides)."""
+    done = False
+
+    def check() -> str | None:
+        nonlocal done
+        if done:
+            return None
+        why = waiting()
+        if why is not None:
+            return why
+        current = publisher.current
+        if len(devices()) and (current is None or not current.snapshot.samples):
+            return FIRST_COLLECTION
+        done = True
+        return None
+
+    return check
 
 
 def readiness(status: int, body: dict[str, Any], waiting: str | None) -> tuple[int, dict[str, Any]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,7 +14,7 @@ from podgpu.backends.driverwait import DriverWait
 from podgpu.backends.nvml import NvmlBackend
 from podgpu.errors import BackendError
 from podgpu.fields.catalog import BY_NAME
-from podgpu.http.ready import readiness
+from podgpu.http.ready import FIRST_COLLECTION, driver_waiting, readiness
 from tests.fakes.fake_pynvml import DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 
 FIELDS = [BY_NAME["DCGM_FI_DEV_GPU_TEMP"]]
@@ -122,6 +123,27 @@ def test_readiness_is_503_while_waiting_and_health_otherwise() -> None:
     assert ready["reasons"] == ["waiting for the NVIDIA driver for 3 s (2 attempts): x"]
     assert readiness(200, body, None) == (200, body)
     assert readiness(503, {"status": "unhealthy", "reasons": ["stale"]}, None)[0] == 503
+
+
+def test_ready_waits_for_a_snapshot_with_the_gpus_then_stays_ready() -> None:
+    why: list[str | None] = ["waiting for the NVIDIA driver for 3 s (2 attempts): x"]
+    devices: list[object] = []
+    publisher = SimpleNamespace(current=None)
+    check = driver_waiting(lambda: why[0], lambda: devices, publisher)  # type: ignore[arg-type]
+    assert check() == why[0]
+    why[0], devices[:] = None, ["GPU 0"]  # NVML opened: no snapshot with it yet
+    assert check() == FIRST_COLLECTION
+    publisher.current = SimpleNamespace(snapshot=SimpleNamespace(samples=()))
+    assert check() == FIRST_COLLECTION  # a cycle from before the driver
+    publisher.current = SimpleNamespace(snapshot=SimpleNamespace(samples=("GPU 0's sample",)))
+    assert check() is None
+    publisher.current = SimpleNamespace(snapshot=SimpleNamespace(samples=()))
+    assert check() is None  # later snapshots are /health's business, not readiness'
+
+
+def test_a_node_without_gpus_is_ready_once_nvml_answers() -> None:
+    check = driver_waiting(lambda: None, lambda: (), SimpleNamespace(current=None))  # type: ignore[arg-type]
+    assert check() is None
 
 
 @pytest.mark.parametrize(("flag", "env", "waits"), [
