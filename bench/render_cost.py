@@ -19,7 +19,8 @@ from podgpu.collect import Collector
 from podgpu.fields.metriclist import load_default
 from podgpu.sinks.prometheus import RenderOptions, render
 from podgpu.sinks.prometheus.labels import LabelOptions
-from podgpu.sinks.prometheus.selfmetrics import render_self_metrics
+from podgpu.sinks.prometheus.selfmetrics import self_families
+from podgpu.sinks.prometheus.source import render as render_families
 
 
 def best_us(fn: Callable[[], object], loops: int) -> float:
@@ -42,7 +43,7 @@ def main() -> None:
     build, timings = (("version", "x"),), (("render", 0.001),)
     opts = RenderOptions(LabelOptions(hostname="n"), build, timings)
     print(f"render {best_us(lambda: render(snap, ml, opts), 1000):.1f} us")
-    print(f"self {best_us(lambda: render_self_metrics(snap, LabelOptions(hostname='n'), build, timings, unavailable=ml.unavailable, listed=ml.spellings), 5000):.1f} us")
+    print(f"self {best_us(lambda: render_families(self_families(snap, LabelOptions(hostname='n'), build, timings, unavailable=ml.unavailable, listed=ml.spellings)), 5000):.1f} us")
 
 
 if __name__ == "__main__":

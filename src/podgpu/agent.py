@@ -155,18 +155,12 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
                     len(devices), devices[0].model if devices else "?")
     elif devices or not isinstance(backend, DriverWait):  # waiting: DriverWait logs it (issue 22)
         log.info("NVML: %d device(s), driver %s", len(devices), info.get("driver_version"))
-    build = [(("version", __version__), ("backend", backend.name),
-              ("driver_version", info.get("driver_version", "")),
-              ("python_version", sys.version.split()[0]))]
-
     def build_labels() -> tuple[tuple[str, str], ...]:
-        """podgpu_build_info's labels; the driver's version once it is known (a node whose
-        driver came up after podgpu started has none at start, issue 22)."""
-        if not build[0][2][1]:
-            version = backend.info().get("driver_version", "")
-            if version:
-                build[0] = (*build[0][:2], ("driver_version", version), build[0][3])
-        return build[0]
+        """podgpu_build_info's labels, read each cycle: a driver that came up after podgpu
+        started has its version known from then on (issue 22)."""
+        return (("version", __version__), ("backend", backend.name),
+                ("driver_version", backend.info().get("driver_version", "")),
+                ("python_version", sys.version.split()[0]))
 
     c = settings.collect
     followed = list_file(c)

@@ -21,6 +21,7 @@ from podgpu.sinks.prometheus.labels import (
     series_variants,
     with_jobs,
 )
+from podgpu.sinks.prometheus.source import render as render_families
 from podgpu.sinks.prometheus.text import family_header, format_value, label_pairs
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -113,7 +114,8 @@ def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> byte
             parts.append(family_header(name, row.help, row.prom_type))
             parts.extend(lines)
     parts.append(pods.render_pod_families(snapshot, lopts))
-    parts.append(selfmetrics.render_self_metrics(snapshot, lopts, opts.build_info, opts.timings,
-                                                 unavailable=metrics.unavailable,
-                                                 listed=metrics.spellings))
+    parts.append(render_families(selfmetrics.self_families(snapshot, lopts, opts.build_info,
+                                                           opts.timings,
+                                                           unavailable=metrics.unavailable,
+                                                           listed=metrics.spellings)))
     return "".join(parts).encode("utf-8")

@@ -11,22 +11,7 @@ from collections.abc import Mapping, Sequence
 from podgpu.fields.metriclist import UnavailableRow
 from podgpu.model import Snapshot
 from podgpu.sinks.prometheus.labels import LabelOptions, short_identity_pairs
-from podgpu.sinks.prometheus.source import Family, Sample, counter, gauge, render
-
-
-def render_self_metrics(
-    snapshot: Snapshot,
-    opts: LabelOptions,
-    build_info: tuple[tuple[str, str], ...],
-    timings: tuple[tuple[str, float], ...],
-    *,
-    unavailable: Sequence[UnavailableRow] = (),
-    listed: Mapping[str, tuple[str, ...]] | None = None,
-) -> str:
-    """`listed`: catalog field -> the names the metric list gives it (issue 9); None reports
-    every missing field under its catalog name."""
-    return render(self_families(snapshot, opts, build_info, timings, unavailable=unavailable,
-                                listed=listed))
+from podgpu.sinks.prometheus.source import Family, Sample, counter, gauge
 
 
 def self_families(
