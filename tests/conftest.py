@@ -64,6 +64,17 @@ def wait_for(cond: Callable[[], T], timeout: float = 10.0, what: str = "conditio
         time.sleep(interval)
 
 
+def http_get(url: str, headers: dict[str, str] | None = None
+             ) -> tuple[int, dict[str, str], bytes]:
+    """GET `url`: status, headers and body, error statuses included (5 s timeout)."""
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
 class InProcessAgent:
     """`podgpu serve ARGS` as an agent in this process (podgpu.agent), on a port the OS picks:
     the parts are the real ones, only the process around them is the test's. Use for tests that
@@ -101,12 +112,7 @@ class InProcessAgent:
         self.port = self.agent.addresses[0][1]
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-        req = urllib.request.Request(self.url + path, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return r.status, dict(r.headers), r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, dict(e.headers), e.read()
+        return http_get(self.url + path, headers)
 
     @property
     def running(self) -> bool:
@@ -152,12 +158,7 @@ class ServeProcess:
         raise AssertionError("podgpu did not serve /metrics in time")
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-        req = urllib.request.Request(self.url + path, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return r.status, dict(r.headers), r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, dict(e.headers), e.read()
+        return http_get(self.url + path, headers)
 
     def stop(self) -> tuple[int, str]:
         if self.proc.poll() is None:

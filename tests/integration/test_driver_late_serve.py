@@ -13,8 +13,6 @@ import logging
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,15 +23,14 @@ from podgpu.backends.driverwait import DriverWait
 from podgpu.backends.nvml import NvmlBackend
 from podgpu.config import parse_serve_args
 from podgpu.http.ready import FIRST_COLLECTION
-from tests.conftest import wait_for
+from tests.conftest import http_get, wait_for
 from tests.fakes.fake_pynvml import DRIVER_NOT_LOADED, FakeGpu, FakeNvml
 
 UUID = "GPU-22222222-0000-0000-0000-000000000000"
 
 
 def build_info(url: str) -> dict[str, str]:
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
-        text = r.read().decode()
+    text = get(url + "/metrics")[1]
     line = next(x for x in text.splitlines() if x.startswith("podgpu_build_info{"))
     return dict(re.findall(r'(\w+)="([^"]*)"', line))
 
@@ -58,11 +55,8 @@ def serving_before_the_driver(nv: FakeNvml, *args: str) -> Iterator[Agent]:
 
 
 def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    status, _headers, body = http_get(url)
+    return status, body.decode()
 
 
 def test_ready_only_once_metrics_hold_the_gpus() -> None:
