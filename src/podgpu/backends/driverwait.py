@@ -5,8 +5,9 @@ container toolkit are ready, and on EKS before the driver's user-space library i
 process that exits 1 there crash-loops for minutes (KubePodCrashLooping alerts) and backs off, so
 it starts late once the driver is there. Instead, in Kubernetes, the first failed `open()` starts
 a background thread that retries with backoff (1 s doubling to `max_delay`), while the collect
-loop and the HTTP server run: readiness (`/health`) answers 503 with the reason, liveness
-(`/health/live`) 200, and the log says why once a minute, not once a cycle.
+loop and the HTTP server run: readiness (`/health/ready`) answers 503 with the reason, while
+`/health` (the liveness and start-up probes' path) stays 200 (`degraded`, no GPU series) so the
+kubelet does not restart the pod; the log says why once a minute, not once a cycle.
 
 What counts as "not there yet": any BackendError from opening NVML (library not found, driver not
 loaded, version mismatch while the driver is being replaced, no GPU visible yet) except a missing
@@ -80,7 +81,7 @@ class DriverWait:
             with self._lock:
                 self._reason, self._since, self._attempts = str(exc), self._clock(), 1
             log.warning("waiting for the NVIDIA driver: %s. Retrying in the background; "
-                        "/health stays 503 (not ready) and /health/live 200 until NVML "
+                        "/health/ready is 503 (not ready) and /health 200 (alive) until NVML "
                         "answers", exc)
             self._thread = threading.Thread(target=self._retry, name="podgpu-driver-wait",
                                             daemon=True)

@@ -99,6 +99,9 @@ def test_logs_once_a_minute_not_once_an_attempt(caplog: pytest.LogCaptureFixture
         w.close()
     lines = [r.getMessage() for r in caplog.records]
     assert "waiting for the NVIDIA driver: NVIDIA driver not loaded" in lines[0]
+    # what the probes see (http/ready.py, http/health.py): no /health/live route exists
+    assert "/health/ready is 503" in lines[0] and "/health 200" in lines[0], lines[0]
+    assert "/health/live" not in lines[0]
     still = [m for m in lines if m.startswith("still waiting")]
     assert 1 <= len(still) < nv.calls["nvmlInit"] / 10, (len(still), nv.calls["nvmlInit"])
     assert all("kernel module" in m for m in still)
