@@ -17,12 +17,12 @@ from __future__ import annotations
 import csv
 import io
 import os
-import stat
 from dataclasses import dataclass
 from importlib import resources
 
 from podgpu.errors import MetricListError
 from podgpu.fields.catalog import BY_NAME, Field, closest, dcgm_id, lookup
+from podgpu.files import FileReadError, read_bytes
 
 VALID_TYPES = ("gauge", "counter", "histogram", "summary", "label")
 # dcgm-exporter echoes `histogram`/`summary` into `# TYPE` over a plain sample, which strict
@@ -196,17 +196,12 @@ def read_list_file(path: str, *, limit: int = MAX_LIST_BYTES) -> tuple[str, str 
     unchanged; podgpu reads them as U+FFFD (they can only sit in comments or help texts, since
     every DCGM name is ASCII) and says on which line the first one is."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise MetricListError(path, 0, f"cannot read: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise MetricListError(path, 0, "not a regular file; give the path of a CSV file")
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise MetricListError(path, 0, f"larger than {limit // 1024} KiB; a metric list of "
-                                       "every DCGM field is ~110 KiB")
+        data = read_bytes(path, limit)
+    except FileReadError as exc:
+        if str(exc).startswith("larger than"):
+            raise MetricListError(path, 0, f"{exc}; a metric list of every DCGM field is "
+                                           "~110 KiB") from None
+        raise MetricListError(path, 0, f"{exc}; give the path of a CSV file") from None
     try:
         return data.decode("utf-8"), None
     except UnicodeDecodeError as exc:

@@ -42,6 +42,7 @@ from typing import Any
 from podgpu.attribution.base import Attribution
 from podgpu.attribution.enrich import EnrichOptions, shape_ref
 from podgpu.errors import ConfigError
+from podgpu.files import FileReadError, read_bytes
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess
 from podgpu.sim.lost import LostGpu, check_lost_gpu_count, parse_lost_gpus
 from podgpu.sim.scenariofile import MAX_FILE_BYTES, decode_scenario
@@ -237,15 +238,11 @@ def load_scenario(path: str) -> Scenario:
     """Read and validate a scenario file. Raises ConfigError naming the file and the field."""
     p = Path(path)
     try:
-        with p.open("rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(
-            f"--simulate-scenario {path}: cannot read: {exc.strerror or exc}"
-        ) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; a scenario is a "
-                          "short list of pods")
+        raw = read_bytes(p, MAX_FILE_BYTES)
+    except FileReadError as exc:
+        if str(exc).startswith("larger than"):
+            raise ConfigError(f"{path}: {exc}; a scenario is a short list of pods") from None
+        raise ConfigError(f"--simulate-scenario {path}: {exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

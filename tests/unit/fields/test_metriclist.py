@@ -170,7 +170,7 @@ def test_size_cap_names_the_limit(tmp_path: Path) -> None:
     big = tmp_path / "big.csv"
     big.write_text("# padding\n" * 10 + "DCGM_FI_DEV_GPU_TEMP, gauge, t\n")
     assert read_list_file(str(big), limit=10_000)[0].endswith("t\n")
-    with pytest.raises(MetricListError, match=r"big.csv:0: larger than 0 KiB"):
+    with pytest.raises(MetricListError, match=r"big.csv:0: larger than 100 bytes"):
         read_list_file(str(big), limit=100)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podgpu.errors import ConfigError
+from podgpu.files import FileReadError, read_text
 from podgpu.re2compat import GoPattern, compile_go
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ DEFAULT_LOG_GROUP = "/aws/containerinsights/{ClusterName}/prometheus"
 DEFAULT_LOG_STREAM = "{JobName}"
 """The agent's translated awsemf config always names the stream `{JobName}`: the `job` label."""
 EMPTY_NAMESPACE = "default"
+MAX_CONFIG_BYTES = 1 << 20
+"""The CloudWatch agent config read by --cloudwatch-config (a real one is a few KiB)."""
 """awsemf's namespace when the configured one is empty (and no OTel service name exists)."""
 MAX_DIMENSIONS = 10  # awsemf drops a set naming more (EMF itself allows 30)
 SEPARATOR = ";"
@@ -125,12 +128,9 @@ class EmfConfig:
 def load_emf_config(path: str) -> EmfConfig:
     """Read and validate the agent config at `path`; ConfigError names file, index and key."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"--cloudwatch-config {path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+        text = read_text(path, MAX_CONFIG_BYTES)
+    except FileReadError as exc:
+        raise ConfigError(f"--cloudwatch-config {path}: {exc}") from None
     return parse_emf_config(text, path)
 
 
