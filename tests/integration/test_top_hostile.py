@@ -95,3 +95,22 @@ def test_top_once_against_hostile_nodes() -> None:
     assert "DEAD: answer over the 8388608-byte limit after gzip decompression" in line_of("/bomb")
     assert "DEAD: no complete answer within 3 s" in line_of("/trickle")
     assert "DEAD: HTTP 302 redirect to ftp://127.0.0.1/ not followed" in line_of("/redirect")
+
+
+def test_top_once_against_a_node_sending_escaped_quotes() -> None:
+    """An unterminated string of escaped quotes made the depth check's string pattern rescan
+    from every quote (quadratic): 200 KB never drew the screen. Now the body is one BAD line
+    and the good node renders; the subprocess deadline is the check that the run ends."""
+    peers = HostilePeers()
+    try:
+        peers.set_body("/quotes", b'{"schema": "' + b'\\"' * 100_000)
+        peers.set_body("/good", enc(doc("good-one")))
+        proc = subprocess.run([*TOP, "--once", "--timeout", "3", "--width", "400",
+                               peers.url("/quotes"), peers.url("/good")],
+                              capture_output=True, timeout=60)
+    finally:
+        peers.close()
+    text = proc.stdout.decode("utf-8")
+    assert proc.returncode == 1 and proc.stderr == b"", proc.stderr.decode()
+    assert "good-one  simulated  cycle 4" in text
+    assert "BAD: not JSON" in next(line for line in text.splitlines() if "/quotes" in line)

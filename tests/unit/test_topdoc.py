@@ -36,6 +36,19 @@ def test_depth_is_decided_on_the_bytes(depth: int, ok: bool) -> None:
     assert depth_ok(b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}')
 
 
+@pytest.mark.parametrize("data", [
+    b'{"schema": "' + b'\\"' * 4_000_000,  # 8 MB of escaped quotes, never terminated
+    b'"a\\' + b'\n"\\"' * 100_000,  # a backslash before a line break, repeated
+    b'["x\\\\", "y\\"z", "[[[["]',  # escapes inside closed strings
+])
+def test_strings_are_removed_in_one_pass(data: bytes) -> None:
+    """Every match that starts at a quote succeeds (to the closing quote or the end), so the
+    pattern never rescans: 8 MB ends in well under the test's deadline (quadratic: hours)."""
+    assert depth_ok(data)
+    with pytest.raises(BadDocument):
+        parse(data)
+
+
 def test_a_deep_document_is_bad_not_a_crash() -> None:
     doc = b'{"schema": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
     with pytest.raises(BadDocument, match="nested deeper than 32"):
