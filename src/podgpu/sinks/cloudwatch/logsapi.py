@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from typing import Any
 
 from podgpu.errors import ConfigError
@@ -31,6 +33,56 @@ from podgpu.errors import ConfigError
 TARGET_PREFIX = "Logs_20140328."
 CONTENT_TYPE = "application/x-amz-json-1.1"
 SIGNING_NAME = "logs"
+MAX_ANSWER_BYTES = 64 * 1024
+"""Of a CloudWatch Logs answer read at most (real ones are under 1 KiB; errors a few hundred
+bytes); past it the connection is closed unread."""
+ANSWER_CHUNK = 16 * 1024
+
+
+class AnswerError(OSError):
+    """The answer was not read: over MAX_ANSWER_BYTES, past the call's deadline, or broken.
+    An OSError, so the sender retries it as any transport failure."""
+
+
+def read_capped(raw: Any, limit: int, deadline: float) -> bytes:
+    """At most `limit` bytes of a urllib3 answer, read as they arrive and by `deadline`
+    (monotonic); past either the connection is closed, never drained (an endless answer from an
+    endpoint or a proxy cost +3.4 GiB in 11 s when read whole). A watchdog shuts the socket down
+    at the deadline where urllib3 can (2.3+: `shutdown`); otherwise the deadline is checked
+    between reads, each bounded by the read timeout."""
+    import urllib3.exceptions
+
+    stop = getattr(raw, "shutdown", None)
+    dog = threading.Timer(max(0.0, deadline - time.monotonic()), stop) if stop else None
+    if dog is not None:
+        dog.daemon = True
+        dog.start()
+    body = bytearray()
+    read = getattr(raw, "read1", None) or raw.read
+    try:
+        while len(body) <= limit:
+            if time.monotonic() > deadline:
+                raise AnswerError("CloudWatch Logs answer not complete within the call's "
+                                  "deadline; connection closed")
+            chunk = read(min(ANSWER_CHUNK, limit + 1 - len(body)))
+            if not chunk:
+                break
+            body += chunk
+        if len(body) > limit:
+            raise AnswerError(f"CloudWatch Logs answer over {limit // 1024} KiB (real answers "
+                              "are under 1 KiB); connection closed unread")
+    except (urllib3.exceptions.HTTPError, ValueError) as exc:
+        late = time.monotonic() > deadline
+        raise AnswerError("CloudWatch Logs answer not complete within the call's deadline"
+                          if late else f"CloudWatch Logs answer broken off: {exc}") from None
+    except AnswerError:
+        raw.close()
+        raise
+    finally:
+        if dog is not None:
+            dog.cancel()
+        raw.release_conn()
+    return bytes(body)
 
 
 class LogsApiError(Exception):
@@ -78,6 +130,7 @@ class LogsApi:
                                   timeout=(min(10.0, timeout), timeout), max_pool_connections=1)
 
         self._connection = connection
+        self._timeout = timeout
         self._http: Any = connection()
         self._user_agent = f"podgpu botocore/{botocore.__version__}"
 
@@ -128,16 +181,18 @@ class LogsApi:
         request = AWSRequest(method="POST", url=self.url, data=json.dumps(body).encode(),
                              headers={"Content-Type": CONTENT_TYPE,
                                       "X-Amz-Target": TARGET_PREFIX + action,
-                                      "User-Agent": self._user_agent, **(headers or {})})
+                                      "User-Agent": self._user_agent, **(headers or {})},
+                             stream_output=True)  # the answer is read here, capped
         SigV4Auth(credentials.get_frozen_credentials(), SIGNING_NAME, self.region
                   ).add_auth(request)
         http = self._http
+        deadline = time.monotonic() + self._timeout
         try:
             response = http.send(request.prepare())
+            content = read_capped(response.raw, MAX_ANSWER_BYTES, deadline) or b"{}"
         finally:
             if http is not self._http:  # renewed while this call ran: nobody reuses its pool
                 http.close()
-        content = response.content or b"{}"
         try:
             answer = json.loads(content)
         except ValueError:
