@@ -14,11 +14,21 @@ only these values:
   (DCGM_FR_FALLEN_OFF_BUS for XID 79 or no XID, DCGM_FR_XID_ERROR otherwise).
 
 Every other field is absent: there is nothing to read.
+
+A MIG GPU's last known GPU instances each get a copy of that sample under their own identity
+(`GPU_I_PROFILE`, `GPU_I_ID`, MIG UUID), so with `-d f` or `-d i` the instances' series, and the
+pods the kubelet still lists on them, stay (`with_instances`).
+
+A GPU whose NVML call has not returned within the read deadline (hung, not lost) gets the same
+sample with `ALL` FAIL and `DCGM_FR_NVML_API` while the hang lasts: nothing on it can be read, and
+the workloads on it are as stuck as podgpu's call; the code says it is NVML not answering, not
+XID 79, and the XID field keeps the last XID seen.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from podgpu.backends import derived
@@ -39,14 +49,15 @@ def xid_count_series(window_seconds: float, counts: Mapping[int, int]) -> list[L
     return [LabeledValue(XID_COUNT, (window, ("xid", str(x))), n) for x, n in sorted(counts.items())]
 
 
-def lost_health(values: Mapping[str, Value], labeled: Iterable[LabeledValue]
-                ) -> tuple[LabeledValue, ...]:
-    """Health of a lost GPU: what its XIDs say, and `ALL` FAIL whatever they say."""
+def lost_health(values: Mapping[str, Value], labeled: Iterable[LabeledValue],
+                fail_code: str | None = None) -> tuple[LabeledValue, ...]:
+    """Health of a lost GPU: what its XIDs say, and `ALL` FAIL whatever they say (with
+    `fail_code` when given, else the code the XID gives)."""
     table = derived.health(values, labeled)
     if table["ALL"][0] < derived.FAIL:
         xid = values.get(XID_FIELD, 0)
-        code = ("DCGM_FR_FALLEN_OFF_BUS" if xid in (0, FALLEN_OFF_BUS)
-                else "DCGM_FR_XID_ERROR")
+        code = fail_code or ("DCGM_FR_FALLEN_OFF_BUS" if xid in (0, FALLEN_OFF_BUS)
+                             else "DCGM_FR_XID_ERROR")
         table["ALL"] = (derived.FAIL, code)
     return tuple(LabeledValue(derived.HEALTH, (("health_error_code", code),
                                                ("health_watch", watch)), level)
@@ -62,6 +73,7 @@ def lost_sample(
     xid_counts: Mapping[int, int] | None,
     xid_window_seconds: float,
     labels: Mapping[str, Value],
+    fail_code: str | None = None,
 ) -> Sample:
     """The sample of a lost GPU for the field names `wanted`.
 
@@ -78,6 +90,15 @@ def lost_sample(
     if derived.HEALTH in names:
         health_in = dict(values)
         health_in[XID_FIELD] = xid
-        labeled.extend(lost_health(health_in, labeled))
+        labeled.extend(lost_health(health_in, labeled, fail_code))
     return Sample(device, MappingProxyType(values), MappingProxyType({}), tuple(labeled),
                   lost=reason)
+
+
+HUNG_CODE = "DCGM_FR_NVML_API"
+"""`ALL`'s health_error_code for a GPU whose NVML call has not returned (see above)."""
+
+
+def with_instances(sample: Sample, instances: Iterable[Device]) -> tuple[Sample, ...]:
+    """A lost GPU's sample and a copy under each of its last known MIG GPU instances."""
+    return (sample, *(replace(sample, device=d) for d in instances))

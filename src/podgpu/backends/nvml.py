@@ -25,7 +25,7 @@ from podgpu.backends import nvml_lib
 from podgpu.backends.base import Reading
 from podgpu.backends.deadline import Workers
 from podgpu.backends.derived import DCGM_EXPORTER_INTERVAL
-from podgpu.backends.lost import lost_sample
+from podgpu.backends.lost import HUNG_CODE, lost_sample, with_instances
 from podgpu.backends.nvml_events import EventWatcher
 from podgpu.backends.nvml_gpu import CycleJob, GpuResult, GpuRunner, GpuView
 from podgpu.backends.nvml_lib import Lib, text
@@ -232,25 +232,32 @@ class NvmlBackend:
             view = self._views[i]
             errors += result.errors
             if view.lost is not None and view.device is not None:
-                samples.append(self._lost_sample(view, plan, fields))
+                samples.extend(with_instances(self._lost_sample(view, plan, fields),
+                                              view.instances))
                 lost.append((view.name, view.lost))
                 continue
             samples.extend(result.samples)
             procs.extend(result.processes)
             if result.lost is not None:
                 lost.append((view.name, result.lost))
+                if not result.samples and view.device is not None:  # hung: health stays
+                    samples.extend(with_instances(self._lost_sample(
+                        view, plan, fields, result.lost, HUNG_CODE), view.instances))
         return Reading(samples=tuple(samples), lost=tuple(lost), errors=errors,
                        processes=tuple(procs))
 
-    def _lost_sample(self, view: GpuView, plan: Plan, fields: Sequence[Field]) -> Sample:
-        """A lost GPU's identity, XID (79 when NVML said GpuIsLost) and health FAIL."""
+    def _lost_sample(self, view: GpuView, plan: Plan, fields: Sequence[Field],
+                     reason: str | None = None, fail_code: str | None = None) -> Sample:
+        """A lost (or hung) GPU's identity, XID (79 when NVML said GpuIsLost) and health
+        FAIL."""
         assert view.device is not None
         ev = self._events
         counted = ev is not None and ev.unsupported(view.uuid) is None
         xid = view.lost_xid or (ev.last_xid(view.uuid) if ev is not None else 0)
         labels = {**view.labels, **{f.name: self._info[k] for f in plan.system
                                     if (k := _SYSTEM_INFO.get(f.source.ref)) in self._info}}
-        return lost_sample(view.device, (f.name for f in fields), reason=view.lost or "lost",
+        return lost_sample(view.device, (f.name for f in fields),
+                           reason=reason or view.lost or "lost", fail_code=fail_code,
                            xid=xid, xid_counts=ev.xid_counts(view.uuid) if counted and ev else None,
                            xid_window_seconds=self._xid_window, labels=labels)
 

@@ -14,16 +14,16 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from podgpu.backends import derived
 from podgpu.backends.base import Reading
-from podgpu.errors import ConfigError
 from podgpu.fields.catalog import CATALOG, Field
 from podgpu.model import Device, LabeledValue, Sample
 from podgpu.model.device import Value
 from podgpu.sim.lost import LostGpu, lost_gpu_sample
+from podgpu.sim.mig import MigLayout
+from podgpu.sim.models import DEFAULT_MODEL, MODELS, ModelSpec, parse_simulate
 
 if TYPE_CHECKING:
     from podgpu.sim.scenario import Scenario, ScenarioXid
@@ -33,55 +33,6 @@ SIM_NVML_VERSION = "13.580.159.04"
 _UUID_NS = uuid.UUID("6f1c7a52-1d0e-4c55-9c3f-5d1e0a9b7e21")
 # Bus ids of the GPUs in an 8-GPU HGX node, in NVML index order.
 _BUS_IDS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """What one GPU model looks like through NVML: capacities, value ranges, capabilities."""
-
-    name: str
-    fb_total_mib: int
-    fb_reserved_mib: int
-    power_limit_w: float
-    idle_w: float
-    busy_w: float
-    sm_clock: tuple[int, int]  # idle, busy MHz
-    mem_clock: int
-    temp: tuple[int, int]  # idle, busy C
-    mem_temp: bool
-    gpm: bool
-    nvlink: bool
-    fan: bool
-    retired_pages: bool
-    vbios: str
-
-
-MODELS: dict[str, ModelSpec] = {
-    "H100": ModelSpec("NVIDIA H100 80GB HBM3", 81559, 573, 700.0, 72.0, 655.0, (345, 1980), 2619,
-                      (31, 62), True, True, True, False, False, "96.00.99.00.01"),
-    "H200": ModelSpec("NVIDIA H200", 143771, 615, 700.0, 80.0, 632.0, (345, 1980), 3201,
-                      (33, 64), True, True, True, False, False, "96.00.B6.00.02"),
-    "A100": ModelSpec("NVIDIA A100-SXM4-80GB", 81920, 569, 400.0, 55.0, 385.0, (210, 1410), 1593,
-                      (30, 66), True, False, True, False, False, "92.00.45.00.03"),
-    "A10G": ModelSpec("NVIDIA A10G", 23028, 280, 300.0, 26.0, 299.0, (210, 1710), 6250,
-                      (28, 65), False, False, False, True, True, "94.02.75.00.01"),
-}
-DEFAULT_MODEL = "H100"
-
-
-def parse_simulate(spec: str) -> tuple[int, ModelSpec]:
-    """`N` or `NxMODEL` (e.g. `4`, `8xH200`) -> (count, model). Raises ConfigError."""
-    count_text, _, model_text = spec.strip().partition("x")
-    if not count_text.isdigit() or not 1 <= int(count_text) <= 64:
-        raise ConfigError(
-            f"--simulate {spec!r}: expected N or NxMODEL with N in 1..64, e.g. 4 or 8xH200"
-        )
-    model_key = (model_text or DEFAULT_MODEL).upper()
-    if model_key not in MODELS:
-        raise ConfigError(
-            f"--simulate {spec!r}: unknown model {model_text!r}; known: {', '.join(MODELS)}"
-        )
-    return int(count_text), MODELS[model_key]
 
 
 def _jitter(seed: str, spread: float) -> float:
@@ -133,6 +84,9 @@ class SimulatedBackend:
         self._clock_period = clock_events_sample_seconds
         self._clock_seen: dict[int, derived.ClockEventCounter] = {}
         self._devices = tuple(self._make_device(i) for i in range(count))
+        self._mig = MigLayout(scenario.mig if scenario else (), self._devices, model=model.name,
+                              supported=model.gpm or model.name.startswith("NVIDIA A100"),
+                              source=scenario.source if scenario else "")  # sim/mig.py
 
     def _make_device(self, i: int) -> Device:
         gpu_uuid = f"GPU-{uuid.uuid5(_UUID_NS, f'{self._model.name}/{i}')}"
@@ -150,7 +104,7 @@ class SimulatedBackend:
         return None
 
     def devices(self) -> tuple[Device, ...]:
-        return self._devices
+        return self._mig.devices(self._devices)
 
     def info(self) -> dict[str, str]:
         return {"driver_version": SIM_DRIVER_VERSION}
@@ -171,15 +125,19 @@ class SimulatedBackend:
                                         self._xid_window) if d.index in gone
                         else self._sample(d, fields, now) for d in self._devices)
         lost = tuple((s.device.device_name, s.lost) for s in samples if s.lost is not None)
+        samples = self._mig.expand(samples, lambda d: self._values(d, now),
+                                   lambda d: self._held_busy(d, now))
         if not processes or self._scenario is None:
             return Reading(samples=samples, lost=lost, errors=len(lost))
-        live = tuple(d for d in self._devices if d.index not in gone)
+        live = tuple(d for d in self.devices() if d.index not in gone)
         return Reading(samples=samples, lost=lost, errors=len(lost),
                        processes=self._scenario.processes(live, lambda d: self._usage(d, now)))
 
     def _usage(self, dev: Device, now: float) -> tuple[float, int]:
         """(GPU_UTIL %, FB_USED bytes) of `dev` at `now`, for the scenario's processes."""
         values = self._values(dev, now)
+        if dev.is_mig:
+            return self._mig.usage(dev, values, self._held_busy(dev, now))
         util, fb_mib = values["DCGM_FI_DEV_GPU_UTIL"], values["DCGM_FI_DEV_FB_USED"]
         assert isinstance(util, int | float) and isinstance(fb_mib, int)
         return float(util), fb_mib * 1024 * 1024
@@ -193,6 +151,11 @@ class SimulatedBackend:
         if index not in self._busy:
             return False
         return (now - self._epoch) % (self._on + self._off) < self._on
+
+    def _held_busy(self, dev: Device, now: float) -> bool:
+        """A MIG instance is busy in its GPU's busy phase while a scenario container uses it."""
+        held = self._scenario.busy_instances() if self._scenario is not None else set()
+        return self.is_busy(dev.index, now) and (dev.index, dev.mig_gi_id) in held
 
     def _busy_seconds(self, index: int, elapsed: float) -> float:
         """Seconds spent busy in the first `elapsed` seconds (closed form of the square wave)."""
@@ -395,3 +358,7 @@ class SimulatedBackend:
             **{f"DCGM_FI_DEV_NVLINK_BANDWIDTH_L{n}": (0 if n < m_links else None)
                for n in range(18)},
         }
+
+
+__all__ = ["DEFAULT_MODEL", "MODELS", "SIM_DRIVER_VERSION", "ModelSpec", "SimulatedBackend",
+           "parse_simulate"]

@@ -22,7 +22,8 @@ device's GPU_UTIL and FB_USED, so the per-pod series add up to the device series
 
 Optional per pod: `uid` (default derived from namespace/name); per GPU: `replica`, `share`
 (0..1, default 1), `processes` (default 1), `resource` (default nvidia.com/gpu). Optional at the
-top: `xids` (injected XID errors) and `lost_gpus` (GPUs falling off the bus, sim/lost.py).
+top: `xids` (injected XID errors), `lost_gpus` (GPUs falling off the bus, sim/lost.py) and `mig`
+(GPUs with MIG on; a pod holds an instance with `instance: N`, sim/mig.py).
 
 Bounded (issue 13), so a hostile or mistaken file is a one-line error, never a traceback or a
 gigabyte: files up to MAX_FILE_BYTES of UTF-8, nesting no deeper than the format needs, at most
@@ -45,6 +46,7 @@ from podgpu.errors import ConfigError
 from podgpu.files import FileReadError, read_bytes
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess
 from podgpu.sim.lost import LostGpu, check_lost_gpu_count, parse_lost_gpus
+from podgpu.sim.mig import ScenarioMig, check_instance, parse_mig
 from podgpu.sim.scenariofile import MAX_FILE_BYTES, decode_scenario
 
 _UID_NS = uuid.UUID("0d4b8f0e-6c1a-4b8e-9f57-3a1c2e5d7b90")
@@ -71,6 +73,8 @@ class ScenarioGpu:
     share: float = 1.0
     processes: int = 1
     resource: str = "nvidia.com/gpu"
+    instance: int | None = None
+    """The MIG GPU instance id held on `gpu` (sim/mig.py), None for the whole GPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +110,17 @@ class Scenario:
     """Injected XID errors (issue 9): DCGM_FI_DEV_XID_ERRORS and the windowed counts move."""
     lost_gpus: tuple[LostGpu, ...] = ()
     """GPUs that fall off the bus (issue 17, sim/lost.py)."""
+    mig: tuple[ScenarioMig, ...] = ()
+    """GPUs with MIG on and their instances' profiles (sim/mig.py)."""
 
     def busy_gpus(self) -> set[int]:
         """GPUs whose processes use them: the simulated backend runs the burn pattern on these."""
         return {g.gpu for c in self.containers for g in c.gpus if g.share > 0 and g.processes}
+
+    def busy_instances(self) -> set[tuple[int, int | None]]:
+        """(gpu, GPU instance id) of the MIG instances whose processes use them."""
+        return {(g.gpu, g.instance) for c in self.containers for g in c.gpus
+                if g.instance is not None and g.share > 0 and g.processes}
 
     def check_gpu_count(self, count: int) -> None:
         """Raise ConfigError when the scenario names a GPU the simulated node does not have."""
@@ -129,14 +140,15 @@ class Scenario:
 
     def allocations(self, devices: tuple[Device, ...]) -> tuple[Allocation, ...]:
         """What a kubelet would list for these pods, as device-plugin UUID ids."""
-        by_index = {d.index: d for d in devices if not d.is_mig}
+        by_index = {(d.index, d.mig_gi_id): d for d in devices}
         out: list[Allocation] = []
         for c in self.containers:
             for g in c.gpus:
-                dev = by_index.get(g.gpu)
+                dev = by_index.get((g.gpu, g.instance))
                 if dev is None:
                     continue
-                dev_id = dev.uuid if g.replica is None else f"{dev.uuid}::{g.replica}"
+                plugin_id = dev.mig_uuid or dev.uuid  # the device plugin's id: GPU or MIG UUID
+                dev_id = plugin_id if g.replica is None else f"{plugin_id}::{g.replica}"
                 out.append(Allocation(dev.key, c.ref, g.resource, dev_id, g.replica))
         return tuple(sorted(out, key=lambda a: (a.device_key, a.container.namespace,
                                                 a.container.pod, a.container.container,
@@ -148,28 +160,29 @@ class Scenario:
         usage: Callable[[Device], tuple[float, int]],
     ) -> tuple[GpuProcess, ...]:
         """Processes of every held GPU; `usage(device)` = (GPU_UTIL %, FB_USED bytes) now."""
-        by_index = {d.index: d for d in devices if not d.is_mig}
+        by_index = {(d.index, d.mig_gi_id): d for d in devices}
         out: list[GpuProcess] = []
         pid = _FIRST_PID
-        used: dict[int, float] = defaultdict(float)  # share of each GPU handed out so far
+        used: dict[tuple[int, int | None], float] = defaultdict(float)  # share handed out so far
         for c in self.containers:
             for g in c.gpus:
-                dev = by_index.get(g.gpu)
+                dev = by_index.get((g.gpu, g.instance))
                 if dev is None:
                     pid += g.processes
                     continue
                 util, fb_bytes = usage(dev)
                 # Cumulative rounding, so the parts of one GPU add up to exactly its FB_USED.
-                before = used[g.gpu]
-                used[g.gpu] += g.share
-                mem = round(fb_bytes * used[g.gpu]) - round(fb_bytes * before)
+                before = used[(g.gpu, g.instance)]
+                used[(g.gpu, g.instance)] += g.share
+                mem = round(fb_bytes * (before + g.share)) - round(fb_bytes * before)
                 for k in range(g.processes):
                     part = mem // g.processes + (mem % g.processes if k == 0 else 0)
                     out.append(GpuProcess(
                         device_key=dev.key,
                         pid=pid,
                         used_memory_bytes=part,
-                        sm_util_percent=round(util * g.share / g.processes, 6),
+                        sm_util_percent=None if dev.is_mig  # NVML has none with MIG on
+                        else round(util * g.share / g.processes, 6),
                         container=c.ref,
                         container_id=c.container_id,
                     ))
@@ -286,12 +299,13 @@ def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
             raise fail(where, f"{len(value)} entries; at most {most}")
         return value
 
-    top = obj(data, "top level", {"pods", "xids", "lost_gpus"}, {"pods"})
+    top = obj(data, "top level", {"pods", "xids", "lost_gpus", "mig"}, {"pods"})
+    mig = parse_mig(top.get("mig"), source, max_gpu=MAX_GPU)
     pods = sized(top["pods"], "pods", MAX_PODS)
     processes = 0
     containers: list[ScenarioContainer] = []
-    holders: dict[int, list[tuple[str, int | None]]] = defaultdict(list)
-    shares: dict[int, float] = defaultdict(float)
+    holders: dict[tuple[int, int | None], list[tuple[str, int | None]]] = defaultdict(list)
+    shares: dict[tuple[int, int | None], float] = defaultdict(float)
     names: set[tuple[str, str]] = set()
     for pi, pod in enumerate(pods):
         pw = f"pods[{pi}]"
@@ -318,7 +332,11 @@ def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
             gpus: list[ScenarioGpu] = []
             for gi, g in enumerate(sized(cont["gpus"], f"{cw}.gpus", MAX_GPU + 1)):
                 gw = f"{cw}.gpus[{gi}]"
-                g = obj(g, gw, {"gpu", "replica", "share", "processes", "resource"}, {"gpu"})
+                g = obj(g, gw, {"gpu", "instance", "replica", "share", "processes", "resource"},
+                        {"gpu"})
+                inst = integer(g["instance"], f"{gw}.instance", 1, 7) if "instance" in g else None
+                profile = check_instance(mig, integer(g["gpu"], f"{gw}.gpu", 0, MAX_GPU), inst,
+                                         f"{source}: {gw}")
                 share = g.get("share", 1.0)
                 if isinstance(share, bool) or not isinstance(share, (int, float)) \
                         or not 0 <= share <= 1:
@@ -329,21 +347,25 @@ def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
                     if g.get("replica") is not None else None,
                     share=float(share),
                     processes=integer(g.get("processes", 1), f"{gw}.processes", 0, MAX_PROCESSES),
-                    resource=text(g.get("resource", "nvidia.com/gpu"), f"{gw}.resource"),
+                    resource=text(g["resource"], f"{gw}.resource") if "resource" in g
+                    else f"nvidia.com/mig-{profile}" if profile else "nvidia.com/gpu",
+                    instance=inst,
                 )
+                held = (sg.gpu, sg.instance)
                 processes += sg.processes
                 if processes > MAX_PROCESSES:
                     raise fail(f"{gw}.processes", f"more than {MAX_PROCESSES} simulated processes "
                                                   "in the scenario")
-                if (sg.replica is None and holders[sg.gpu]) or any(
-                        r is None or r == sg.replica for _, r in holders[sg.gpu]):
-                    raise fail(gw, f"gpu {sg.gpu} is already held by {holders[sg.gpu][0][0]}; "
+                what = f"gpu {sg.gpu}" + (f" instance {inst}" if inst else "")
+                if (sg.replica is None and holders[held]) or any(
+                        r is None or r == sg.replica for _, r in holders[held]):
+                    raise fail(gw, f"{what} is already held by {holders[held][0][0]}; "
                                    "a GPU held by several containers needs a distinct replica "
                                    "on each")
-                holders[sg.gpu].append((f"{ns}/{name}/{cname}", sg.replica))
-                shares[sg.gpu] += sg.share
-                if shares[sg.gpu] > 1.0 + 1e-9:
-                    raise fail(f"{gw}.share", f"shares of gpu {sg.gpu} add up to more than 1")
+                holders[held].append((f"{ns}/{name}/{cname}", sg.replica))
+                shares[held] += sg.share
+                if shares[held] > 1.0 + 1e-9:
+                    raise fail(f"{gw}.share", f"shares of {what} add up to more than 1")
                 gpus.append(sg)
             ref = ContainerRef(namespace=ns, pod=name, container=cname, pod_uid=uid,
                                pod_labels=tuple(sorted(labels.items())))
@@ -363,7 +385,7 @@ def parse_scenario(data: Any, source: str = "built-in default") -> Scenario:
                                 integer(x["xid"], f"{xw}.xid", 1, 999), float(every),
                                 float(offset)))
     lost = parse_lost_gpus(top.get("lost_gpus"), source, max_gpu=MAX_GPU, max_seconds=MAX_SECONDS)
-    return Scenario(tuple(containers), source, tuple(xids), lost)
+    return Scenario(tuple(containers), source, tuple(xids), lost, mig)
 
 
 def _short(value: Any) -> str:
