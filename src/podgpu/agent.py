@@ -99,10 +99,12 @@ def build_agent(settings: ServeSettings) -> Agent:
         old_namespace=settings.output.old_namespace,
     )
     security = make_web_security(settings)
-    emf = make_emf_sink(settings, metrics, label_opts) if settings.emf is not None else None
     scenario = make_scenario(settings)
+    attributor = make_attributor(k, scenario)
+    emf = (make_emf_sink(settings, metrics, label_opts, attributor)
+           if settings.emf is not None else None)
     return Agent(settings, metrics, label_opts, make_backend(settings, scenario),
-                 make_attributor(k, scenario), security, emf)
+                 attributor, security, emf)
 
 
 def list_file(collect: CollectSettings) -> str | None:
@@ -185,6 +187,9 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
         report_unavailable()
 
     acct = build_accountant(settings.accounting, agent.label_opts)  # issue 21; None when off
+    insights = settings.emf is not None and settings.emf.container_insights
+    if insights:
+        from podgpu.sinks.cloudwatch.insights import KeepsInsightsFields, with_insights_fields
 
     stats = HttpStats(security.access if security is not None else None)
     sources: list[MetricSource] = [*([emf] if emf is not None else []), stats]
@@ -208,13 +213,18 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
                 emf.offer_counters(snapshot.taken_at, acct.emf_items())
         publisher.publish(snapshot, seconds)
         # a list reloaded on SIGHUP takes over between cycles
-        lists.apply(collector if acct is None else acct.fields_target(collector))
+        lists.apply(target)
 
     fields = agent.metrics.fields
+    if insights:  # --emf-container-insights reads a few fields the list may leave out
+        fields = with_insights_fields(fields)
     collector = Collector(backend, fields if acct is None else with_accounting_fields(fields),
                           attributor=agent.attributor,
                           want_processes=agent.attributor is not None,
                           hpc_jobs=hpc.read if hpc is not None else None)
+    target = collector if acct is None else acct.fields_target(collector)
+    if insights:
+        target = KeepsInsightsFields(target)
     loop = CollectLoop(collector, interval, on_snapshot, on_death=lambda exc: agent.stop(
         f"the collect loop stopped: {type(exc).__name__}: {exc}"))
     if emf is not None:

@@ -16,7 +16,10 @@ from podgpu.settings import EmfSettings
 
 if TYPE_CHECKING:
     from podgpu.sinks.cloudwatch import EmfSink
+    from podgpu.sinks.cloudwatch.insights import InsightsBuilder
+    from podgpu.sinks.cloudwatch.insights_encode import CombinedEncoder, CombinedSeries
     from podgpu.sinks.cloudwatch.series import SeriesBuilder
+    from podgpu.sinks.cloudwatch.sink import EventEncoder, SeriesSource
 
 log = logging.getLogger("podgpu")
 
@@ -30,14 +33,84 @@ def log_group_for(template: str, cluster: str, node: str) -> str:
     return template.replace("{ClusterName}", cluster).replace("{NodeName}", node)
 
 
+INSIGHTS_LOG_GROUP = "/aws/containerinsights/{ClusterName}/performance"
+"""Container Insights' log group (the add-on's); its stream is the node name."""
+
+
 def build_emf_sink(settings: EmfSettings, *, node: str,
                    series: Callable[[str], SeriesBuilder | None], what: str,
-                   route_labels: dict[str, str] | None = None
+                   route_labels: dict[str, str] | None = None,
+                   insights: Callable[[str], InsightsBuilder] | None = None,
                    ) -> tuple[EmfSink, str]:
     """The sink and the cluster name it uses. `series(cluster)` builds serve's SeriesBuilder
     (None for the bridge, which offers series itself, and gives the labels all its series carry
-    in `route_labels`, for the log group/stream placeholders); `what` opens the start-up log
+    in `route_labels`, for the log group/stream placeholders); `insights(cluster)` the Container
+    Insights series with --emf-container-insights (serve only); `what` opens the start-up log
     line."""
+    if settings.container_insights:
+        return _with_insights(settings, node=node, series=series, what=what, insights=insights)
+    return _build(settings, node=node, series=series, what=what, route_labels=route_labels)
+
+
+def _with_insights(settings: EmfSettings, *, node: str,
+                   series: Callable[[str], SeriesBuilder | None], what: str,
+                   insights: Callable[[str], InsightsBuilder] | None) -> tuple[EmfSink, str]:
+    """One sink, one queue: the declarations' events (if any) to their log group, the
+    Container Insights events to `/aws/containerinsights/<cluster>/performance`, stream = the
+    node name; stdout prints both."""
+    from podgpu.sinks.cloudwatch import EmfSink
+    from podgpu.sinks.cloudwatch.destinations import make_destination, parse_target
+    from podgpu.sinks.cloudwatch.queue import EventQueue
+
+    if insights is None:
+        raise ConfigError("--emf-container-insights is for podgpu serve (it reads the GPUs "
+                          "and pods itself)")
+    target = parse_target(settings.destination)
+    if target.kind not in ("cloudwatch", "stdout"):
+        raise ConfigError(f"--emf-container-insights sends to cloudwatch or stdout, not "
+                          f"--emf-destination {target} (its EMF v0 events name no log group "
+                          "the agent's listener could route)")
+    if settings.config:
+        return _build(settings, node=node, series=series, what=what,
+                      insights=lambda cluster: _insights_parts(settings, cluster, node, insights))
+    encoder, source, route = _insights_parts(settings, settings.cluster_name, node, insights)
+    destination = make_destination(target, log_group=route[0], log_stream=route[1],
+                                   region=settings.region, endpoint_url=settings.endpoint_url,
+                                   create_log_group=settings.create_log_group, insights=route)
+    queue = EventQueue(settings.queue_bytes, settings.spool_dir)
+    return (EmfSink(source, encoder, queue, destination, interval=settings.interval),
+            settings.cluster_name)
+
+
+def _insights_parts(settings: EmfSettings, cluster: str, node: str,
+                    insights: Callable[[str], InsightsBuilder]
+                    ) -> tuple[CombinedEncoder, CombinedSeries, tuple[str, str]]:
+    """The Container Insights encoder and series (without declarations' yet) and its (log
+    group, stream); ConfigError without a cluster or node name."""
+    from podgpu.sinks.cloudwatch.insights_encode import (
+        CombinedEncoder,
+        CombinedSeries,
+        InsightsEncoder,
+    )
+
+    if not cluster:
+        raise ConfigError("--emf-container-insights needs --cluster-name NAME (the ClusterName "
+                          "of every event and the log group's name)")
+    if not node:
+        raise ConfigError("--emf-container-insights needs the node name (NODE_NAME from the "
+                          "downward API): it is the NodeName and the log stream")
+    group = log_group_for(INSIGHTS_LOG_GROUP, cluster, node)
+    log.info("EMF Container Insights: GPU events every %g s (log group %s, stream %s)",
+             settings.interval, group, node)
+    return (CombinedEncoder(None, InsightsEncoder(storage_resolution=settings.storage_resolution)),
+            CombinedSeries(None, insights(cluster)), (group, node))
+
+
+def _build(settings: EmfSettings, *, node: str,
+           series: Callable[[str], SeriesBuilder | None], what: str,
+           route_labels: dict[str, str] | None = None,
+           insights: Callable[[str], tuple[CombinedEncoder, CombinedSeries, tuple[str, str]]]
+           | None = None) -> tuple[EmfSink, str]:
     from podgpu.sinks.cloudwatch import EmfSink, load_emf_config
     from podgpu.sinks.cloudwatch.declarations import (
         DEFAULT_LOG_GROUP,
@@ -53,6 +126,11 @@ def build_emf_sink(settings: EmfSettings, *, node: str,
         log.warning("%s", w)
     target = parse_target(settings.destination)
     cluster = settings.cluster_name or config.cluster_name
+    if target.kind == "cloudwatch" and not cluster:
+        # The CloudWatch agent refuses the same ("ClusterName is not defined"): without it the
+        # ClusterName dimension is missing and every dashboard and alarm finds nothing.
+        raise ConfigError("--emf-destination cloudwatch needs the cluster's name: pass "
+                          "--cluster-name NAME (or set cluster_name in the agent config)")
     template = settings.log_group or config.log_group_name or DEFAULT_LOG_GROUP
     if target.kind == "stdout" and not cluster:  # stdout names no group
         template = template.replace("{ClusterName}", "")
@@ -80,11 +158,18 @@ def build_emf_sink(settings: EmfSettings, *, node: str,
     encoder = Encoder(config, storage_resolution=settings.storage_resolution,
                       keep_unmatched=settings.keep_unmatched, route=route,
                       catalog_units=settings.identity == "workload")
+    sink_encoder: EventEncoder = encoder
+    source: SeriesSource | None = builder
+    ci_route = None
+    if insights is not None:  # --emf-container-insights beside the declarations
+        ci_encoder, ci_series, ci_route = insights(cluster)
+        sink_encoder = ci_encoder.with_declarations(encoder)
+        source = ci_series.with_declarations(builder)
     destination = make_destination(target, log_group=group, log_stream=stream,
                                    region=settings.region, endpoint_url=settings.endpoint_url,
-                                   create_log_group=settings.create_log_group)
+                                   create_log_group=settings.create_log_group, insights=ci_route)
     queue = EventQueue(settings.queue_bytes, settings.spool_dir)
     log.info("%s: %s every %g s to %s (log group %s, stream %s), namespace %s", what,
              config.path, settings.interval, target, group, stream, config.namespace)
-    return EmfSink(builder, encoder, queue, destination,
+    return EmfSink(source, sink_encoder, queue, destination,
                    interval=settings.interval), cluster

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from podgpu.http.websecurity import WebSecurity
     from podgpu.sim.scenario import Scenario
     from podgpu.sinks.cloudwatch import EmfSink
+    from podgpu.sinks.cloudwatch.insights import InsightsBuilder
     from podgpu.sinks.prometheus.labels import LabelOptions
 
 log = logging.getLogger("podgpu")
@@ -121,9 +122,11 @@ def make_web_security(settings: ServeSettings) -> WebSecurity | None:
     return WebSecurity(settings.http.web_config_file)
 
 
-def make_emf_sink(settings: ServeSettings, metrics: MetricList, label_opts: LabelOptions
-                  ) -> EmfSink:
-    """serve's EMF sink: the one builder (podgpu.emfbuild) with podgpu's own series."""
+def make_emf_sink(settings: ServeSettings, metrics: MetricList, label_opts: LabelOptions,
+                  attributor: Attributor | None = None) -> EmfSink:
+    """serve's EMF sink: the one builder (podgpu.emfbuild) with podgpu's own series, and the
+    Container Insights series with --emf-container-insights (`attributor` names the pods'
+    workloads)."""
     from podgpu.emfbuild import build_emf_sink
     from podgpu.sinks.cloudwatch.series import SeriesBuilder, SeriesOptions
 
@@ -138,4 +141,35 @@ def make_emf_sink(settings: ServeSettings, metrics: MetricList, label_opts: Labe
                              namespace=emf.namespace, pod_name=emf.pod_name)
         return SeriesBuilder(metrics, opts)
 
-    return build_emf_sink(emf, node=host, series=series, what="EMF")[0]
+    return build_emf_sink(emf, node=host, series=series, what="EMF",
+                          insights=lambda cluster: make_insights(settings, cluster, attributor)
+                          )[0]
+
+
+def make_insights(settings: ServeSettings, cluster: str, attributor: Attributor | None
+                  ) -> InsightsBuilder:
+    """The Container Insights series: the Node object read through the API (the simulated
+    node's own with --simulate), the pods' workloads from the pod watch when there is one."""
+    from podgpu.sinks.cloudwatch.insights import (
+        FixedNode,
+        InsightsBuilder,
+        InsightsOptions,
+        NodeSource,
+        own_name,
+    )
+
+    host = settings.output.hostname
+    node: NodeSource
+    if settings.simulation is not None and not settings.kubernetes.enabled:
+        from podgpu.sim.backend import parse_simulate
+        from podgpu.sim.node import simulated_node
+
+        count, model = parse_simulate(settings.simulation.spec)
+        node = FixedNode(simulated_node(model, count, host))
+    else:
+        from podgpu.attribution.nodeinfo import NodeLookup
+
+        node = NodeLookup(settings.kubernetes.node_name)
+    workload = getattr(attributor, "workload", None)
+    return InsightsBuilder(InsightsOptions(cluster_name=cluster, node_name=host), node,
+                           workload if callable(workload) else own_name)

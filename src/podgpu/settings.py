@@ -111,7 +111,8 @@ class EmfSettings:
     """The CloudWatch EMF sink, the same for `serve` and `emf` (docs/cloudwatch.md; seconds)."""
 
     config: str
-    """--cloudwatch-config: the CloudWatch agent config holding the metric declarations."""
+    """--cloudwatch-config: the CloudWatch agent config holding the metric declarations ('':
+    none, with `container_insights`)."""
     destination: str = "cloudwatch"
     cluster_name: str = ""
     region: str | None = None
@@ -134,6 +135,9 @@ class EmfSettings:
     """--emf-namespace / POD_NAMESPACE: podgpu's own namespace (the agent's `Namespace`)."""
     pod_name: str = ""
     """--emf-pod-name / POD_NAME: podgpu's own pod (the agent's `pod_name`)."""
+    container_insights: bool = False
+    """--emf-container-insights: also (or only, with `config` '') the Container Insights GPU
+    events, to their own log group."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,11 @@ SERVE_EMF_OPTIONS: tuple[Option, ...] = (
     Option(("--emf-pod-name",), "emf.pod_name", "POD_NAME", "",
            "podgpu's own pod name (the agent path's pod_name label; POD_NAME from the downward "
            "API)", metavar="NAME"),
+    Option(("--emf-container-insights",), "emf.container_insights",
+           "PODGPU_EMF_CONTAINER_INSIGHTS", False,
+           "send the CloudWatch Container Insights GPU events (container_gpu_*, pod_gpu_*, "
+           "node_gpu_*) to /aws/containerinsights/<cluster>/performance, stream = the node name; "
+           "alone or beside --cloudwatch-config", parse_bool, True),
 )
 _FROM_DOWNWARD_API = frozenset(("emf.namespace", "emf.pod_name"))
 """Set by the manifests whether or not EMF is on: not an EMF flag given by mistake."""
@@ -99,6 +104,9 @@ def emf_settings(resolved: Resolved, options: tuple[Option, ...], *, required: b
     """The EMF settings, or None when --cloudwatch-config is unset and not `required`; any other
     EMF flag without it is a ConfigError (it would be silently ignored)."""
     values = section(resolved, "emf")
+    if not values["config"] and values.get("container_insights"):
+        values["config"] = ""
+        return EmfSettings(**values)  # type: ignore[arg-type]
     if not values["config"]:
         if required:
             raise ConfigError("--cloudwatch-config FILE is required (the CloudWatch agent config "
@@ -106,6 +114,7 @@ def emf_settings(resolved: Resolved, options: tuple[Option, ...], *, required: b
         changed = [o.name for o in options if o.dest.startswith("emf.")
                    and o.dest not in _FROM_DOWNWARD_API and resolved.values[o.dest] != o.default]
         if changed:
-            raise ConfigError(f"{changed[0]} needs --cloudwatch-config FILE (the EMF sink is off)")
+            raise ConfigError(f"{changed[0]} needs --cloudwatch-config FILE or "
+                              "--emf-container-insights (the EMF sink is off)")
         return None
     return EmfSettings(**values)  # type: ignore[arg-type]

@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from podgpu.attribution.nodeinfo import NodeObject
 from podgpu.collect import Collector
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import lookup
 from podgpu.fields.metriclist import MetricList
 from podgpu.model import Allocation, Sample, Snapshot
-from podgpu.sim.backend import MODELS, SimulatedBackend
+from podgpu.sim.backend import MODELS, ModelSpec, SimulatedBackend
 from podgpu.sim.scenario import SimulatedAttributor, parse_scenario
 
 SHARING = ("none", "time-slicing", "mig")
@@ -80,6 +81,27 @@ def scenario_doc(shape: Shape, node: int, generation: int = 0) -> dict[str, Any]
             pods.append({"namespace": NAMESPACE, "name": pod_name(node, gpu, slot, generation),
                          "containers": [{"name": "main", "gpus": [g]}]})
     return {"pods": pods}
+
+
+EC2_INSTANCE_TYPES: dict[str, dict[int, str]] = {
+    "H100": {1: "p5.4xlarge", 8: "p5.48xlarge"},
+    "H200": {8: "p5e.48xlarge"},
+    "A100": {8: "p4de.24xlarge"},
+    "A10G": {1: "g5.xlarge", 4: "g5.12xlarge", 8: "g5.48xlarge"},
+}
+"""The EC2 instance types of each simulated model (GPU count -> type; other counts take the
+largest): P5 (H100), P5e (H200), P4de (A100 80 GB), G5 (A10G), per AWS's accelerated-computing
+instance pages."""
+
+
+def simulated_node(model: ModelSpec, gpus: int, name: str) -> NodeObject:
+    """The Node object of a simulated node: an instance type of its model's EC2 family, a stable
+    made-up instance id, `nvidia.com/gpu` capacity = its GPUs."""
+    key = next((k for k, m in MODELS.items() if m == model), "")
+    types = EC2_INSTANCE_TYPES.get(key, {})
+    itype = types.get(gpus) or (types[max(types)] if types else "")
+    iid = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
+    return NodeObject(name=name, instance_id=iid, instance_type=itype, gpu_capacity=gpus)
 
 
 class SimNode:

@@ -25,6 +25,16 @@ log = logging.getLogger(__name__)
 Batch = Sequence[tuple[int, str]]
 """(timestamp in ms, message) in chronological order."""
 
+V0_PREFIX = '{"CloudWatchMetrics":'
+"""How a Container Insights event (EMF v0, keys in sorted order) starts; the declarations'
+events start with `{"_aws"` or `{"Timestamp"`."""
+
+
+def is_insights_event(message: str) -> bool:
+    """A Container Insights event: it goes to the Container Insights log group and stream. The
+    queue hands out batches of one kind only (EventQueue.peek)."""
+    return message.startswith(V0_PREFIX)
+
 _RETRYABLE_CODES = frozenset((
     "ThrottlingException", "Throttling", "ServiceUnavailableException", "ServiceUnavailable",
     "InternalFailure", "InternalServerError", "RequestTimeout", "RequestTimeoutException",
@@ -170,7 +180,7 @@ class CloudWatchDestination:
 
     def __init__(self, *, log_group: str, log_stream: str, region: str | None = None,
                  endpoint_url: str | None = None, create_log_group: bool = True,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, insights: tuple[str, str] | None = None) -> None:
         try:
             from podgpu.sinks.cloudwatch.logsapi import LogsApi
 
@@ -181,9 +191,14 @@ class CloudWatchDestination:
         self._group = log_group
         self._stream = log_stream
         self._create_group = create_log_group
+        self._insights = insights
+        """(log group, log stream) of Container Insights events (--emf-container-insights)."""
 
     def send(self, batch: Batch) -> int:
-        body = {"logGroupName": self._group, "logStreamName": self._stream,
+        group, stream = self._group, self._stream
+        if self._insights is not None and batch and is_insights_event(batch[0][1]):
+            group, stream = self._insights
+        body = {"logGroupName": group, "logStreamName": stream,
                 "logEvents": [{"timestamp": ts, "message": m} for ts, m in batch]}
         for attempt in (1, 2):
             try:
@@ -193,7 +208,7 @@ class CloudWatchDestination:
             except Exception as exc:
                 code = _code(exc)
                 if code == "ResourceNotFoundException" and attempt == 1:
-                    self._create()
+                    self._create(group, stream)
                     continue
                 raise _translate(exc, code) from None
         raise SendError("cloudwatch: log stream still missing after creating it", retryable=True)
@@ -205,11 +220,10 @@ class CloudWatchDestination:
         answer do the same (at least once, as the CloudWatch agent)."""
         self._api.renew()
 
-    def _create(self) -> None:
+    def _create(self, group: str, stream: str) -> None:
         """Create the log group (if allowed) and the log stream; 'already exists' is fine."""
-        steps = [("CreateLogGroup", {"logGroupName": self._group})] if self._create_group else []
-        steps.append(("CreateLogStream", {"logGroupName": self._group,
-                                          "logStreamName": self._stream}))
+        steps = [("CreateLogGroup", {"logGroupName": group})] if self._create_group else []
+        steps.append(("CreateLogStream", {"logGroupName": group, "logStreamName": stream}))
         for action, body in steps:
             try:
                 self._api.call(action, body)
@@ -220,7 +234,7 @@ class CloudWatchDestination:
                     continue
                 if code == "ResourceNotFoundException" and action == "CreateLogStream":
                     raise SendError(
-                        f"cloudwatch: log group {self._group!r} does not exist and creating it is "
+                        f"cloudwatch: log group {group!r} does not exist and creating it is "
                         "off (--emf-create-log-group=false)", retryable=True, auth=True) from None
                 raise _translate(exc, code) from None
 
@@ -275,10 +289,14 @@ def _rejected(info: Any, n: int) -> int:
 
 
 def make_destination(target: Target, *, log_group: str, log_stream: str, region: str | None,
-                     endpoint_url: str | None, create_log_group: bool) -> Destination:
+                     endpoint_url: str | None, create_log_group: bool,
+                     insights: tuple[str, str] | None = None) -> Destination:
+    """`insights`: the Container Insights (log group, stream), for the cloudwatch destination;
+    stdout prints every event."""
     if target.kind == "cloudwatch":
         return CloudWatchDestination(log_group=log_group, log_stream=log_stream, region=region,
-                                     endpoint_url=endpoint_url, create_log_group=create_log_group)
+                                     endpoint_url=endpoint_url, create_log_group=create_log_group,
+                                     insights=insights)
     if target.kind == "stdout":
         return StdoutDestination()
     return SocketDestination(target)

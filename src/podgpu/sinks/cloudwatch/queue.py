@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from podgpu.sinks.cloudwatch import spool
+from podgpu.sinks.cloudwatch.destinations import is_insights_event
 from podgpu.sinks.cloudwatch.spool import EVENT_OVERHEAD
 
 if TYPE_CHECKING:
@@ -135,11 +136,14 @@ class EventQueue:
 
     def peek(self, max_events: int, max_bytes: int, max_span_ms: int
              ) -> list[tuple[int, str, int]]:
-        """The oldest events that fit one request: (timestamp ms, message, counted size)."""
+        """The oldest events that fit one request: (timestamp ms, message, counted size). One
+        request holds events of one log group: Container Insights events or the others, never
+        both (destinations.is_insights_event)."""
         out: list[tuple[int, str, int]] = []
         total = 0
         with self._lock:
             first_ts: int | None = None
+            insights: bool | None = None
             for seg in self._segments:
                 if first_ts is None:
                     first_ts = seg.timestamp_ms
@@ -148,6 +152,11 @@ class EventQueue:
                 for i in range(seg.sent, len(seg.events)):
                     size = seg.sizes[i]
                     if len(out) >= max_events or total + size > max_bytes:
+                        return out
+                    kind = is_insights_event(seg.events[i])
+                    if insights is None:
+                        insights = kind
+                    elif kind != insights:
                         return out
                     out.append((seg.timestamp_ms, seg.events[i], size))
                     total += size

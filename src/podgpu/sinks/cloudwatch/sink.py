@@ -11,15 +11,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from podgpu.model import Snapshot
 from podgpu.sinks.cloudwatch.destinations import Destination
-from podgpu.sinks.cloudwatch.encode import Encoder
 from podgpu.sinks.cloudwatch.queue import EventQueue, Handoff
 from podgpu.sinks.cloudwatch.sender import EmfStats, Sender
-from podgpu.sinks.cloudwatch.series import COUNTER, Item, LabelKey, SeriesBuilder
-from podgpu.sinks.cloudwatch.window import WindowAccumulator
+from podgpu.sinks.cloudwatch.series import COUNTER, Item, LabelKey
+from podgpu.sinks.cloudwatch.window import ClosedWindow, WindowAccumulator
 from podgpu.sinks.prometheus.source import Family, Sample, counter, gauge, render
 
 log = logging.getLogger(__name__)
@@ -27,11 +26,31 @@ log = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 5.0
 
 
+class SeriesSource(Protocol):
+    """A snapshot's series: serve's SeriesBuilder, or it with the Container Insights series
+    (insights_encode.CombinedSeries)."""
+
+    def series(self, snapshot: Snapshot) -> Iterable[tuple[LabelKey, str, list[Item]]]: ...
+
+    def key(self, pairs: tuple[tuple[str, str], ...], kind: str) -> LabelKey: ...
+
+
+class EventEncoder(Protocol):
+    """Closed windows -> events: encode.Encoder, or insights_encode.CombinedEncoder."""
+
+    @property
+    def too_large(self) -> int: ...
+
+    def wanted(self, key: LabelKey, metric: str) -> bool: ...
+
+    def encode(self, window: ClosedWindow) -> list[str]: ...
+
+
 class EmfSink:
     def __init__(
         self,
-        builder: SeriesBuilder | None,
-        encoder: Encoder,
+        builder: SeriesSource | None,
+        encoder: EventEncoder,
         queue: EventQueue,
         destination: Destination,
         *,

@@ -1,0 +1,140 @@
+"""The node podgpu runs on, as the Kubernetes API describes it: EC2 instance id and type, GPUs.
+
+CloudWatch Container Insights names every GPU event with the node's `InstanceId` and
+`InstanceType`. The CloudWatch agent reads them from the instance metadata service; podgpu reads
+them from its own Node object instead (one GET on `/api/v1/nodes/<NODE_NAME>`, so RBAC grows by
+`get` on nodes and nothing else): `spec.providerID` (`aws:///us-west-2a/i-0abc...`: the instance
+id is its last segment) and the well-known label `node.kubernetes.io/instance-type`. The GPU
+capacity (`status.capacity["nvidia.com/gpu"]`) comes with it.
+
+The GET runs on its own daemon thread at start and every REFRESH_SECONDS after, never on the
+collect path; `current()` returns the last answer (an empty `NodeObject` until the first one).
+Without API access (no NODE_NAME, not in a pod) it logs one line and stays empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from podgpu.attribution.kubeapi import Connection, KubeConfig, NotInCluster, in_cluster
+
+log = logging.getLogger(__name__)
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+LEGACY_INSTANCE_TYPE_LABEL = "beta.kubernetes.io/instance-type"
+GPU_RESOURCE = "nvidia.com/gpu"
+REFRESH_SECONDS = 600.0
+"""How often the Node is read again (its GPU capacity changes when the device plugin does)."""
+GET_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeObject:
+    """What Container Insights needs from the Node. '' / None: not known (yet)."""
+
+    name: str = ""
+    instance_id: str = ""
+    instance_type: str = ""
+    gpu_capacity: int | None = None
+    """`status.capacity["nvidia.com/gpu"]` (time-slicing replicas included), None if absent."""
+
+
+def instance_id_of(provider_id: str) -> str:
+    """`aws:///us-west-2a/i-0abc` -> `i-0abc`; '' when the id is not an AWS one."""
+    if not provider_id.startswith("aws://"):
+        return ""
+    last = provider_id.rstrip("/").rsplit("/", 1)[-1]
+    return last if last.startswith("i-") else ""
+
+
+def _quantity(text: Any) -> int | None:
+    """An integer resource quantity (`"8"`); None for anything else."""
+    try:
+        return int(str(text))
+    except ValueError:
+        return None
+
+
+def parse_node(obj: Mapping[str, Any]) -> NodeObject:
+    """A Node object (JSON as the API serves it) -> NodeObject."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = obj.get("spec") or {}
+    capacity = (obj.get("status") or {}).get("capacity") or {}
+    itype = labels.get(INSTANCE_TYPE_LABEL) or labels.get(LEGACY_INSTANCE_TYPE_LABEL) or ""
+    return NodeObject(
+        name=str(meta.get("name") or ""),
+        instance_id=instance_id_of(str(spec.get("providerID") or "")),
+        instance_type=str(itype),
+        gpu_capacity=_quantity(capacity[GPU_RESOURCE]) if GPU_RESOURCE in capacity else None,
+    )
+
+
+class NodeLookup:
+    """Reads this node's Node object on a daemon thread: at start, then every `refresh` s."""
+
+    def __init__(self, node_name: str, *, configuration: KubeConfig | None = None,
+                 environ: Mapping[str, str] | None = None,
+                 refresh: float = REFRESH_SECONDS) -> None:
+        self._node = node_name
+        self._configuration = configuration
+        self._environ = environ
+        self._refresh = refresh
+        self._current = NodeObject(name=node_name)
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors = 0
+        self.reason = ""
+
+    def current(self) -> NodeObject:
+        return self._current
+
+    def start(self, wait_seconds: float = 2.0) -> None:
+        """Start reading; wait up to `wait_seconds` for the first answer."""
+        if self._thread is not None:
+            return
+        if not self._node:
+            self.reason = ("NODE_NAME is not set: InstanceId and InstanceType stay empty (set it "
+                           "from spec.nodeName with the downward API)")
+            log.warning("Container Insights: %s", self.reason)
+            return
+        self._thread = threading.Thread(target=self._run, name="podgpu-node", daemon=True)
+        self._thread.start()
+        self._done.wait(wait_seconds)
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        import os
+
+        try:
+            config = self._configuration or in_cluster(
+                self._environ if self._environ is not None else os.environ)
+        except NotInCluster as exc:
+            self.reason = f"no Kubernetes API ({exc}): InstanceId and InstanceType stay empty"
+            log.warning("Container Insights: %s", self.reason)
+            self._done.set()
+            return
+        conn = Connection(config)
+        path = f"/api/v1/nodes/{quote(self._node, safe='')}"
+        while not self._stop.is_set():
+            try:
+                self._current = parse_node(conn.get_json(path, timeout=GET_TIMEOUT_SECONDS))
+                self.reason = ""
+            except Exception as exc:  # logged, retried at the next refresh
+                self.errors += 1
+                conn.close()
+                why = f"GET {path}: {exc}"
+                if why != self.reason:
+                    log.warning("Container Insights: %s (RBAC: get on nodes?)", why)
+                self.reason = why
+            self._done.set()
+            self._stop.wait(self._refresh if not self.reason else min(self._refresh, 60.0))
+        conn.close()

@@ -1,0 +1,328 @@
+"""CloudWatch Container Insights GPU events from a snapshot (`--emf-container-insights`).
+
+The Amazon CloudWatch Observability add-on fills the Container Insights GPU views with events of
+three levels per GPU and scrape: `NodeGPU` always, `ContainerGPU` and `PodGPU` when a pod holds
+the GPU, each with the same seven readings renamed `<level>_gpu_<x>` (docs/cloudwatch.md,
+"Container Insights"). This module makes those series from podgpu's snapshot; insights_encode.py
+writes them as the add-on's EMF v0 events into their own log group.
+
+Where the add-on is wrong podgpu is right (docs/cloudwatch.md has the table):
+- a time-sliced or MPS GPU: every holder gets its own container and pod events with its own
+  share (its processes' SM utilisation and memory, the numbers `/metrics` exports as
+  `podgpu_pod_gpu_utilization_ratio` and `podgpu_pod_gpu_memory_used_bytes`); readings of the
+  whole device that cannot be split (power, tensor-core activity) are left out of the shares,
+  quantities of the device (temperature, memory total) are copied;
+- a MIG instance is its own `GpuDevice` (`nvidia0-mig3`: the parent's device and the GPU
+  instance id) with its own readings; NVML has no GPU_UTIL per instance, so its utilisation is the
+  instance's graphics-engine activity (GPM) where the GPU has it;
+- a pod with several GPUs gets one event per GPU; a GPU without a pod the node event only.
+
+Label sets are LabelKeys whose first pair is ("", level): no Prometheus label has an empty
+name, so they never meet the declarations' series in the shared window. `Sources` and
+`kubernetes` hold JSON text, written unquoted by the encoder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from podgpu.attribution.nodeinfo import NodeObject
+from podgpu.fields.catalog import lookup
+from podgpu.fields.field import Field
+from podgpu.model import Allocation, ContainerRef, Device, Sample, Snapshot
+from podgpu.sinks.cloudwatch.series import GAUGE, Item, LabelKey
+from podgpu.sinks.prometheus.labels import holders_by_device
+from podgpu.sinks.prometheus.pods import pod_usage
+
+NAMESPACE = "ContainerInsights"
+VERSION = "0"
+MIB = 1024 * 1024
+CONTAINER, POD, NODE = "ContainerGPU", "PodGPU", "NodeGPU"
+LEVELS = {CONTAINER: "container", POD: "pod", NODE: "node"}
+MARK = ""
+"""The name of the first pair of every Container Insights label set."""
+RAW_JSON = frozenset(("Sources", "kubernetes"))
+SOURCES = json.dumps(["dcgm", "pod", "calculated"], separators=(",", ":"))
+
+UNITS: dict[str, str] = {
+    "utilization": "Percent",
+    "memory_utilization": "Percent",
+    "memory_used": "Bytes",
+    "memory_total": "Bytes",
+    "temperature": "None",
+    "power_draw": "None",
+    "tensor_core_utilization": "Percent",
+}
+"""The add-on's seven readings (suffix -> CloudWatch unit)."""
+
+DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
+    CONTAINER: (("ClusterName",),
+                ("ClusterName", "ContainerName", "Namespace", "PodName"),
+                ("ClusterName", "ContainerName", "FullPodName", "Namespace", "PodName"),
+                ("ClusterName", "ContainerName", "FullPodName", "GpuDevice", "Namespace",
+                 "PodName")),
+    POD: (("ClusterName",),
+          ("ClusterName", "Namespace"),
+          ("ClusterName", "Namespace", "Service"),
+          ("ClusterName", "Namespace", "PodName"),
+          ("ClusterName", "FullPodName", "Namespace", "PodName"),
+          ("ClusterName", "FullPodName", "GpuDevice", "Namespace", "PodName")),
+    NODE: (("ClusterName",),
+           ("ClusterName", "InstanceId", "NodeName"),
+           ("ClusterName", "GpuDevice", "InstanceId", "InstanceType", "NodeName")),
+}
+"""Per level, the add-on's dimension sets (names sorted within a set, sets in its order). A set
+naming a key the event lacks (`Service` without a Service) is left out, as the add-on does."""
+
+FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+          "DCGM_FI_DEV_FB_TOTAL", "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_GPU_TEMP",
+          "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+          "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+"""What the events read: collected with the profile on even when the metric list leaves them
+out (they are then not exported on /metrics)."""
+
+class NodeSource(Protocol):
+    """The Node object's facts: attribution/nodeinfo.NodeLookup, or a simulated node's."""
+
+    def current(self) -> NodeObject: ...
+
+    def start(self, wait_seconds: float = ...) -> None: ...
+
+
+class FixedNode:
+    """A Node known in advance (the simulated node's, tests)."""
+
+    def __init__(self, node: NodeObject) -> None:
+        self._node = node
+
+    def current(self) -> NodeObject:
+        return self._node
+
+    def start(self, wait_seconds: float = 0.0) -> None:
+        return None
+
+
+Workload = Callable[[ContainerRef], tuple[str, tuple[tuple[str, str], ...]]]
+"""A pod -> (its workload name, its owners as (kind, name) pairs): `PodName` and `pod_owners`."""
+
+
+def own_name(ref: ContainerRef) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A pod whose owners are unknown is its own workload (the add-on's rule for a bare pod)."""
+    return ref.pod, ()
+
+
+def gpu_device(device: Device) -> str:
+    """`GpuDevice`: `nvidia0` for a GPU, `nvidia0-mig3` for its MIG GPU instance 3."""
+    if device.mig_gi_id is not None:
+        return f"{device.device_name}-mig{device.mig_gi_id}"
+    return device.device_name
+
+
+def device_readings(sample: Sample) -> dict[str, float]:
+    """The seven readings of one GPU or MIG instance, in the add-on's units and scaling:
+    utilisation in percent as DCGM gives it; memory in bytes (MiB x 2^20); memory utilisation
+    used / (total - reserved) x 100, DCGM's FB_USED_PERCENT x 100; temperature (C) and power (W)
+    as they are; tensor-core activity as DCGM's 0..1 ratio, unscaled, as the add-on sends it.
+    A reading the device cannot give is absent."""
+    v = sample.values
+    out: dict[str, float] = {}
+
+    def num(name: str) -> float | None:
+        x = v.get(name)
+        return None if x is None or isinstance(x, str) else x
+
+    util = num("DCGM_FI_DEV_GPU_UTIL")
+    if util is None and sample.device.is_mig:  # no GPU_UTIL per MIG instance: its GR engine
+        gr = num("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+        util = None if gr is None else round(gr * 100.0, 3)
+    if util is not None:
+        out["utilization"] = util
+    used, free = num("DCGM_FI_DEV_FB_USED"), num("DCGM_FI_DEV_FB_FREE")
+    reserved, total = num("DCGM_FI_DEV_FB_RESERVED"), num("DCGM_FI_DEV_FB_TOTAL")
+    if total is None and used is not None and free is not None:
+        total = used + free + (reserved or 0)
+    if used is not None:
+        out["memory_used"] = int(used) * MIB
+    if total is not None:
+        out["memory_total"] = int(total) * MIB
+        usable = total - (reserved or 0)
+        if used is not None and usable > 0:
+            out["memory_utilization"] = round(used / usable * 100.0, 3)
+    for name, key in (("DCGM_FI_DEV_GPU_TEMP", "temperature"),
+                      ("DCGM_FI_DEV_POWER_USAGE", "power_draw"),
+                      ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "tensor_core_utilization")):
+        x = num(name)
+        if x is not None:
+            out[key] = x
+    return out
+
+
+def share_readings(device: dict[str, float], util_ratio: float, mem_bytes: int
+                   ) -> dict[str, float]:
+    """A holder's own part of a shared GPU: its processes' utilisation and memory; the device's
+    temperature and memory total; power and tensor activity, which cannot be split, left out."""
+    out: dict[str, float] = {"utilization": round(min(util_ratio, 1.0) * 100.0, 3),
+                             "memory_used": mem_bytes}
+    for key in ("memory_total", "temperature"):
+        if key in device:
+            out[key] = device[key]
+    total, used = device.get("memory_total"), device.get("memory_used")
+    util_pct = device.get("memory_utilization")
+    if total and used is not None and util_pct is not None and used > 0:
+        out["memory_utilization"] = round(util_pct * mem_bytes / used, 3)  # same usable total
+    elif total and util_pct is not None:
+        out["memory_utilization"] = 0.0
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class InsightsOptions:
+    cluster_name: str
+    node_name: str
+
+
+class InsightsBuilder:
+    """Snapshot -> Container Insights series (one label set per level, device and holder)."""
+
+    def __init__(self, opts: InsightsOptions, node: NodeSource,
+                 workload: Workload = own_name) -> None:
+        self._opts = opts
+        self._node = node
+        self._started = False
+        self._workload = workload
+        self._memo: dict[tuple[object, ...], LabelKey] = {}
+
+    def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
+        if not self._started:  # the Node's GET starts with the first cycle, before the port opens
+            self._started = True
+            self._node.start(2.0)
+        node = self._node.current()
+        holders = holders_by_device(snapshot.allocations)
+        usage: tuple[dict[tuple[str, ContainerRef], int],
+                     dict[tuple[str, ContainerRef], float]] | None = None
+        cids = {(p.device_key, _bare(p.container)): p.container_id
+                for p in snapshot.processes if p.container is not None and p.container_id}
+        for sample in snapshot.samples:
+            if sample.lost is not None:
+                continue
+            dev = sample.device
+            readings = device_readings(sample)
+            if not readings:
+                continue
+            yield self._key(NODE, dev, None, node), GAUGE, _items(NODE, readings)
+            held = holders.get(dev.key)
+            if not held:
+                continue
+            shared = len(held) > 1 or any(a.replica is not None for a in held)
+            if shared and usage is None:
+                usage = pod_usage(snapshot, {s.device.key: s.device for s in snapshot.samples})
+            pods: dict[tuple[str, str, str], tuple[ContainerRef, dict[str, float]]] = {}
+            for a in _distinct_containers(held):
+                ref = _bare(a.container)
+                if shared:
+                    assert usage is not None
+                    mem, util = usage
+                    own = share_readings(readings, util.get((dev.key, ref), 0.0),
+                                         mem.get((dev.key, ref), 0))
+                else:
+                    own = readings
+                cid = cids.get((dev.key, ref), "")
+                yield (self._key(CONTAINER, dev, a.container, node, cid), GAUGE,
+                       _items(CONTAINER, own))
+                pk = (ref.namespace, ref.pod, ref.pod_uid)
+                if pk not in pods:
+                    pods[pk] = (a.container, dict(own))
+                elif shared:  # a second container of the pod on this GPU: the pod's is the sum
+                    acc = pods[pk][1]
+                    for k in ("utilization", "memory_used", "memory_utilization"):
+                        if k in own:
+                            acc[k] = acc.get(k, 0) + own[k]
+            for ref_full, values in pods.values():
+                yield self._key(POD, dev, ref_full, node), GAUGE, _items(POD, values)
+
+    def _key(self, level: str, dev: Device, ref: ContainerRef | None, node: NodeObject,
+             container_id: str = "") -> LabelKey:
+        memo = (level, dev, ref, node, container_id)
+        key = self._memo.get(memo)
+        if key is None:
+            if len(self._memo) > 50_000:  # pod churn: start over
+                self._memo.clear()
+            key = self._memo[memo] = self._build(level, dev, ref, node, container_id)
+        return key
+
+    def _build(self, level: str, dev: Device, ref: ContainerRef | None, node: NodeObject,
+               container_id: str) -> LabelKey:
+        o = self._opts
+        labels = {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
+                  "InstanceId": node.instance_id, "InstanceType": node.instance_type,
+                  "GpuDevice": gpu_device(dev), "Type": level, "Version": VERSION,
+                  "Sources": SOURCES}
+        k8s: dict[str, object] = {"host": o.node_name}
+        if ref is not None:
+            workload, owners = self._workload(ref)
+            labels.update(Namespace=ref.namespace, PodName=workload, FullPodName=ref.pod,
+                          UUID=dev.uuid)
+            if ref.pod_labels:
+                k8s["labels"] = dict(ref.pod_labels)
+            k8s["namespace"] = ref.namespace
+            k8s["pod_name"] = ref.pod
+            if owners:
+                k8s["pod_owners"] = [{"owner_kind": kind, "owner_name": name}
+                                     for kind, name in owners]
+            if level == CONTAINER:
+                labels["ContainerName"] = ref.container
+                k8s["container_name"] = ref.container
+                if container_id:
+                    k8s["containerd"] = {"container_id": container_id}
+        labels["kubernetes"] = json.dumps(k8s, separators=(",", ":"), sort_keys=True)
+        return tuple(sorted((k, v) for k, v in labels.items() if v != ""))
+
+
+def _items(level: str, readings: dict[str, float]) -> list[Item]:
+    prefix = LEVELS[level] + "_gpu_"
+    return [(prefix + k, v) for k, v in readings.items()]
+
+
+def _bare(ref: ContainerRef) -> ContainerRef:
+    return ContainerRef(ref.namespace, ref.pod, ref.container, ref.pod_uid)
+
+
+def _distinct_containers(held: list[Allocation]) -> list[Allocation]:
+    """One allocation per container (a container holding two replicas of a GPU counts once)."""
+    seen: set[ContainerRef] = set()
+    out = []
+    for a in held:
+        ref = _bare(a.container)
+        if ref not in seen:
+            seen.add(ref)
+            out.append(a)
+    return out
+
+
+def is_insights(key: LabelKey) -> bool:
+    return bool(key) and key[0][0] == MARK
+
+
+def with_insights_fields(fields: tuple[Field, ...]) -> tuple[Field, ...]:
+    """`fields` plus the ones the events read (FIELDS) that the metric list leaves out: they
+    are collected, not exported (the exposition prints the list's rows only)."""
+    have = {f.name for f in fields}
+    return fields + tuple(f for name in FIELDS if name not in have
+                          and (f := lookup(name)) is not None)
+
+
+class UsesFields(Protocol):
+    def use_fields(self, fields: tuple[Field, ...]) -> None: ...
+
+
+class KeepsInsightsFields:
+    """A collector whose metric list is switched (SIGHUP) keeps the fields the events read."""
+
+    def __init__(self, collector: UsesFields) -> None:
+        self._collector = collector
+
+    def use_fields(self, fields: tuple[Field, ...]) -> None:
+        self._collector.use_fields(with_insights_fields(fields))
