@@ -61,8 +61,9 @@ def make_backend(settings: ServeSettings, scenario: Scenario | None = None) -> B
     """The GPU backend, wrapped in the `-d` selection (issue 9); the default `f` too, which
     drops a MIG GPU's parent series beside its instances (issue 17 item 3)."""
     backend = _make_backend(settings, scenario)
-    if settings.collect.devices.flex and settings.simulation is not None:
-        return backend  # the simulated node has no MIG: flex keeps everything
+    if settings.collect.devices.flex and settings.simulation is not None and (
+            scenario is None or not scenario.mig):
+        return backend  # a simulated node without MIG: flex keeps everything
     from podgpu.backends.select import SelectedBackend
 
     selected = SelectedBackend(backend, settings.collect.devices)

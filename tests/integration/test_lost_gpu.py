@@ -142,3 +142,40 @@ def test_with_the_kubelet_the_lost_gpu_keeps_its_pod_labels(
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert_lost(m, U[0], None)
+
+
+def test_a_lost_mig_gpu_keeps_its_instances_with_their_pods_labels(
+        serve: Any, tmp_path: Path) -> None:
+    """The real process (`podgpu serve --simulate-scenario`): GPU 0 runs MIG with two 3g.40gb
+    instances, instance 1 held by ml/mig-pod, and is lost from the start. With the default
+    `-d f` the instances' series stay, with GPU_I_PROFILE/GPU_I_ID and the holder's labels,
+    XID 79 and health FAIL; there is no parent series for a MIG GPU under `-d f`."""
+    path = tmp_path / "mig.json"
+    path.write_text(json.dumps({
+        "mig": [{"gpu": 0, "instances": ["3g.40gb", "3g.40gb"]}],
+        "pods": [{"namespace": "ml", "name": "mig-pod", "labels": {"team": "vision"},
+                  "containers": [{"name": "trainer", "gpus": [{"gpu": 0, "instance": 1}]}]}],
+        "lost_gpus": [{"gpu": 0, "at": 0}]}))
+    p = serve("--simulate", "2", "--simulate-scenario", str(path), "-c", "250",
+              "-f", metric_list(tmp_path), "--kubernetes-enable-pod-labels")
+    p.wait_ready()
+    for _ in range(3):  # every scrape while it is lost
+        m = scrape(p)
+        xids = of(m, "DCGM_FI_DEV_XID_ERRORS", U[0])
+        assert sorted(s.labels.get("GPU_I_ID", "") for s in xids) == ["1", "2"]
+        (held,) = [s for s in xids if s.labels["GPU_I_ID"] == "1"]
+        assert held.value == 79 and held.labels["GPU_I_PROFILE"] == "3g.40gb"
+        assert (held.labels["namespace"], held.labels["pod"], held.labels["container"],
+                held.labels["team"]) == ("ml", "mig-pod", "trainer", "vision")
+        (free,) = [s for s in xids if s.labels["GPU_I_ID"] == "2"]
+        assert "pod" not in free.labels
+        health = [s for s in of(m, "DCGM_EXP_GPU_HEALTH_STATUS", U[0])
+                  if s.labels.get("GPU_I_ID") == "1" and s.labels["health_watch"] == "ALL"]
+        assert [(s.value, s.labels["pod"]) for s in health] == [(20, "mig-pod")]
+        counts = [s for s in of(m, "DCGM_EXP_XID_ERRORS_COUNT_total", U[0])
+                  if s.labels.get("GPU_I_ID") == "1"]
+        assert [(s.labels.get("xid"), s.value) for s in counts] == [("79", 1)]
+        allocation = [s for s in m["podgpu_gpu_allocation"] if s.labels.get("pod") == "mig-pod"]
+        assert [s.labels.get("GPU_I_ID") for s in allocation] == ["1"]
+    status, _, body = p.get("/health")
+    assert status == 200 and json.loads(body)["lost_devices"] == ["nvidia0"]

@@ -4,8 +4,9 @@ As dcgm-exporter 4.8.2 (`devicemonitoring.GetMonitoredEntities`): `f` (flex, the
 MIG GPU instances on MIG-enabled GPUs and whole GPUs elsewhere, so a MIG GPU has no parent series
 beside its instances and sums over series count each GPU once (issue 17 item 3). The parent
 series of a MIG GPU appear only when asked for, in dcgm-exporter's own spelling: `-d g` (every
-whole GPU, MIG-enabled ones included) or `-d g+i` (whole GPUs and every instance). A lost GPU's
-sample is whole-GPU (its instances cannot be enumerated) and is always kept in flex.
+whole GPU, MIG-enabled ones included) or `-d g+i` (whole GPUs and every instance). A lost
+MIG GPU's sample comes with a copy for each of its last known instances (backends/lost.py), so it
+is selected as a live one; a lost GPU without known instances is whole and kept in flex.
 
 Selection happens after the read, so one code path serves every backend; the devices left out
 still cost their NVML calls (a few ms per GPU), which keeps the NVML backend free of a second
