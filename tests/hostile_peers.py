@@ -13,7 +13,8 @@ Paths:
 - `/trickle`: the status line, then one byte a second, forever;
 - `/redirect?to=URL`: a 302 to URL;
 - `/auth`: 401 unless basic auth `user:pa55` is sent, then `/good`'s text;
-- any path set with `set_body(path, bytes)`: that fixed answer (for `top`).
+- any path set with `set_body(path, bytes)`: that fixed answer (for `top`);
+- any path in `aliases`: the path it names (for clients whose path is fixed: the pod list).
 
 `top` appends `/api/v1/snapshot` to each URL; the server takes it off before choosing.
 """
@@ -63,6 +64,10 @@ class _Handler(socketserver.BaseRequestHandler):
         url = urllib.parse.urlsplit(parts[1])
         query = dict(urllib.parse.parse_qsl(url.query))
         path = url.path.removesuffix("/api/v1/snapshot")  # `top` appends it to every URL
+        if path in self.server.aliases:  # a client whose path is fixed (the pod list)
+            url = urllib.parse.urlsplit(self.server.aliases[path])
+            query = dict(urllib.parse.parse_qsl(url.query))
+            path = url.path
         self.server.hits[path] = self.server.hits.get(path, 0) + 1
         with contextlib.suppress(OSError):
             self._answer(sock, path, query, head)
@@ -135,6 +140,8 @@ class HostilePeers(socketserver.ThreadingTCPServer):
         self.bombs: dict[int, bytes] = {}
         self.series: dict[int, bytes] = {}
         self.bodies: dict[str, tuple[str, str, bytes]] = {}
+        self.aliases: dict[str, str] = {}
+        """path -> the path (and query) served for it, e.g. `/api/v1/pods` -> `/huge?mib=0`."""
         self.stopping = threading.Event()
         self.served = 0
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)

@@ -170,8 +170,16 @@ class FakeKubeApi:
                     return
                 with api.lock:
                     items = [p for p in api.pods.values() if p["spec"]["nodeName"] == node]
-                    body = {"kind": "PodList", "apiVersion": "v1",
-                            "metadata": {"resourceVersion": str(api.rv)}, "items": items}
+                    meta: dict[str, Any] = {"resourceVersion": str(api.rv)}
+                    limit = int(qs.get("limit", ["0"])[0] or 0)
+                    if limit > 0:  # pages, as the API server serves `limit` and `continue`
+                        start = int(qs.get("continue", ["0"])[0] or 0)
+                        if start + limit < len(items):
+                            meta["continue"] = str(start + limit)
+                            meta["remainingItemCount"] = len(items) - start - limit
+                        items = items[start:start + limit]
+                    body = {"kind": "PodList", "apiVersion": "v1", "metadata": meta,
+                            "items": items}
                 self._json(200, body)
 
             def _configmap(self, ns: str, name: str) -> None:

@@ -23,11 +23,14 @@ import json
 import logging
 import socket
 import ssl
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
+
+from podgpu.files import FileReadError, read_text
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +39,16 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 `in_cluster()` runs, so a test harness may point it elsewhere."""
 CONNECT_TIMEOUT_SECONDS = 10.0
 MAX_ERROR_BODY_BYTES = 64 * 1024
-MAX_LINE_BYTES = 16 * 1024 * 1024
-"""Largest watch event accepted (one JSON object per line); an object this big is not a pod."""
+MAX_LINE_BYTES = 2 * 1024 * 1024
+"""Largest watch event accepted (one JSON object per line). etcd refuses a request over 1.5 MiB
+(its default `--max-request-bytes`), so no stored object is bigger; an event wraps one object."""
+MAX_TOKEN_BYTES = 64 * 1024
+"""Of the service-account token file read (a bound token is about 1 KiB)."""
+READ_CHUNK = 64 * 1024
+
+
+class AnswerTooLarge(ValueError):
+    """An answer over its byte cap: the connection is closed, the rest never read."""
 
 
 class KubeApiError(Exception):
@@ -112,7 +123,10 @@ class Connection:
     def token(self) -> str:
         """The bearer token now: the file's content (re-read every time) or the fixed token."""
         if self._config.token_file:
-            return Path(self._config.token_file).read_text(encoding="utf-8").strip()
+            try:
+                return read_text(self._config.token_file, MAX_TOKEN_BYTES).strip()
+            except FileReadError as exc:
+                raise OSError(f"service-account token {self._config.token_file}: {exc}") from None
         return self._config.token
 
     def open(self, path: str, query: Mapping[str, str] | None = None, *,
@@ -137,11 +151,16 @@ class Connection:
         raise AssertionError("unreachable")
 
     def get_json(self, path: str, query: Mapping[str, str] | None = None, *,
-                 timeout: float) -> dict[str, Any]:
-        """GET and decode a JSON object."""
+                 timeout: float, max_bytes: int = MAX_LINE_BYTES) -> dict[str, Any]:
+        """GET and decode a JSON object of at most `max_bytes` (by default one object's largest
+        size, MAX_LINE_BYTES), all of it within `timeout`
+        (a watchdog shuts the socket down then, so a trickled body cannot hold the call).
+        Raises AnswerTooLarge past the cap."""
         try:
-            with self.open(path, query, timeout=timeout) as resp:
-                body = json.loads(resp.read())
+            with self.deadline(timeout), self.open(path, query, timeout=timeout) as resp:
+                data = read_capped(resp, max_bytes)
+            body = json.loads(data)
+            del data
         except BaseException:
             self.close()
             raise
@@ -181,6 +200,31 @@ class Connection:
             self.close()
             raise
 
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """Shut this connection's socket down if the block is still running after `seconds`,
+        which wakes a read blocked on it (a socket timeout alone bounds each read only); the
+        block then raises TimeoutError, even when the shutdown looked like a clean end."""
+        fired = threading.Event()
+
+        def fire() -> None:
+            fired.set()
+            self.interrupt()
+
+        dog = threading.Timer(seconds, fire)
+        dog.daemon = True
+        dog.start()
+        try:
+            yield
+        except Exception:
+            if fired.is_set():
+                raise TimeoutError(f"no complete answer within {seconds:g} s") from None
+            raise
+        finally:
+            dog.cancel()
+        if fired.is_set():
+            raise TimeoutError(f"no complete answer within {seconds:g} s")
+
     def interrupt(self) -> None:
         """Unblock a thread reading from this connection (a watch): shut its socket down."""
         conn = self._conn
@@ -194,6 +238,21 @@ class Connection:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def read_capped(resp: http.client.HTTPResponse, max_bytes: int) -> bytes:
+    """The body, read as it arrives; AnswerTooLarge once it passes `max_bytes` (a Content-Length
+    over the cap is refused before reading)."""
+    length = resp.getheader("Content-Length")
+    if length is not None and length.strip().isdigit() and int(length) > max_bytes:
+        raise AnswerTooLarge(f"an answer of {int(length)} bytes is over the {max_bytes}-byte "
+                             "limit")
+    body = bytearray()
+    while chunk := resp.read1(min(READ_CHUNK, max_bytes + 1 - len(body))):
+        body += chunk
+        if len(body) > max_bytes:
+            raise AnswerTooLarge(f"an answer over the {max_bytes}-byte limit")
+    return bytes(body)
 
 
 def lines(resp: http.client.HTTPResponse, max_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -39,6 +39,8 @@ from podgpu.attribution.kubeapi import (
     in_cluster,
     lines,
 )
+from podgpu.attribution.podstore import MAX_PODS, PodStore
+from podgpu.attribution.podstore import PodIndex as PodIndex  # re-exported: its readers import it here
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,14 @@ WATCH_READ_MARGIN_SECONDS = 30.0
 """A watch's read timeout is the server-side timeout plus this (s): a server that went silent
 (a half-open connection) is noticed, one that ends the watch on time is not cut short."""
 PODS_PATH = "/api/v1/pods"
+LIST_PAGE_PODS = 100
+"""Pods asked for per list page (`limit`, continued with the `continue` token), so one answer
+is at most a page, not the whole list."""
+MAX_LIST_PAGE_BYTES = 16 * 1024 * 1024
+"""Of one list page read (100 pods of 160 KiB each; a pod's JSON is typically 5-20 KiB):
+past it the page is refused, counted as a failed list and retried with backoff."""
+MAX_CONFIGMAP_BYTES = 2 * 1024 * 1024
+"""Of the `-m` ConfigMap answer read (Kubernetes caps a ConfigMap's data at 1 MiB)."""
 _RUNTIME_SCHEMES = ("containerd://", "cri-o://", "docker://", "cri-dockerd://")
 
 
@@ -107,24 +117,6 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class PodIndex:
-    """An immutable view of the node's pods, swapped in whole after every change."""
-
-    by_uid: Mapping[str, PodInfo] = field(default_factory=dict)
-    by_name: Mapping[tuple[str, str], PodInfo] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, pods: Mapping[str, PodInfo]) -> PodIndex:
-        """Index `pods` (by UID). A name held by two UIDs (a StatefulSet pod re-created while
-        the old one terminates) resolves to the newer pod, which is the one the kubelet lists
-        with devices."""
-        by_name: dict[tuple[str, str], PodInfo] = {}
-        for p in sorted(pods.values(), key=lambda p: (p.created, p.uid)):
-            by_name[(p.namespace, p.name)] = p
-        return cls(dict(pods), by_name)
-
-
 class _Gone(Exception):
     """The watch's resourceVersion is too old (HTTP 410): list again."""
 
@@ -154,8 +146,8 @@ class PodWatcher:
         self._environ = environ
         self._watch_timeout = watch_timeout_seconds
         self._max_backoff = max_backoff_seconds
-        self._index = PodIndex()
-        self._pods: dict[str, PodInfo] = {}
+        self._store = PodStore()
+        self._refused_logged = False
         self._stop = threading.Event()
         self._synced = threading.Event()
         self._thread: threading.Thread | None = None
@@ -169,7 +161,7 @@ class PodWatcher:
 
     @property
     def index(self) -> PodIndex:
-        return self._index
+        return self._store.index()
 
     def start(self, wait_seconds: float = 1.0) -> None:
         """Connect and start watching; wait up to `wait_seconds` for the first list."""
@@ -247,20 +239,52 @@ class PodWatcher:
         return {"fieldSelector": f"spec.nodeName={self._node}"}
 
     def _list(self, conn: Connection) -> str:
-        body = conn.get_json(PODS_PATH, self._selector(), timeout=LIST_TIMEOUT_SECONDS)
+        """List in pages of LIST_PAGE_PODS, each within LIST_TIMEOUT_SECONDS and
+        MAX_LIST_PAGE_BYTES, keeping at most MAX_PODS pods."""
         pods: dict[str, PodInfo] = {}
-        for item in body.get("items") or ():
-            info = parse_pod(item) if isinstance(item, dict) else None
-            if info is not None:
+        refused = 0
+        token = ""
+        while True:
+            query = {**self._selector(), "limit": str(LIST_PAGE_PODS)}
+            if token:
+                query["continue"] = token
+            body = conn.get_json(PODS_PATH, query, timeout=LIST_TIMEOUT_SECONDS,
+                                 max_bytes=MAX_LIST_PAGE_BYTES)
+            items = body.get("items") or ()
+            for item in items if isinstance(items, list) else ():
+                info = parse_pod(item) if isinstance(item, dict) else None
+                if info is None:
+                    continue
+                if len(pods) >= MAX_PODS and info.uid not in pods:
+                    refused += 1
+                    continue
                 pods[info.uid] = info
-        self._pods = pods
-        self._index = PodIndex.of(pods)
+            meta = body.get("metadata") or {}
+            token = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
+            if not token or self._stop.is_set():
+                break
+            if refused > 0:  # the rest would not be kept either
+                rest = meta.get("remainingItemCount")
+                refused += rest if isinstance(rest, int) and rest > 0 else 0
+                break
+        self._store.replace(pods)
+        self._refused_logged = False
+        if refused:
+            self._log_refused(refused)
         self._synced.set()
         if self._last_error:
             log.info("pod list/watch works again")
             self._last_error = ""
-        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self.resource_version = str(meta.get("resourceVersion") or "") \
+            if isinstance(meta, dict) else ""
         return self.resource_version
+
+    def _log_refused(self, count: int) -> None:
+        if not self._refused_logged:
+            self._refused_logged = True
+            log.warning("the API server lists more than %d pods on node %s (%d more); only %d "
+                        "are kept (a node runs at most a few hundred: is the field selector "
+                        "ignored?)", MAX_PODS, self._node, count, MAX_PODS)
 
     def _watch(self, conn: Connection, rv: str) -> str:
         query = {**self._selector(), "watch": "true", "resourceVersion": rv,
@@ -273,10 +297,13 @@ class PodWatcher:
                 raise _Gone() from None
             raise
         try:
-            for line in lines(resp):
-                if self._stop.is_set():
-                    break
-                rv = self.resource_version = self._apply(json.loads(line), rv)
+            # the whole watch ends by its server-side timeout plus the margin, however slowly
+            # the server sends
+            with conn.deadline(self._watch_timeout + self._read_margin):
+                for line in lines(resp):
+                    if self._stop.is_set():
+                        break
+                    rv = self.resource_version = self._apply(json.loads(line), rv)
         finally:
             # A new connection per watch (one every few minutes): a stream left mid-way cannot
             # be reused, and API servers often close a connection after a watch ends anyway.
@@ -297,13 +324,10 @@ class PodWatcher:
         info = parse_pod(obj)
         if info is None:
             return new_rv
-        pods = dict(self._pods)
         if kind == "DELETED":
-            pods.pop(info.uid, None)
-        else:
-            pods[info.uid] = info
-        self._pods = pods
-        self._index = PodIndex.of(pods)
+            self._store.delete(info.uid)
+        elif not self._store.put(info):
+            self._log_refused(self._store.refused)
         return new_rv
 
 
@@ -344,7 +368,7 @@ def read_configmap(namespace: str, name: str, key: str = "metrics", *,
     try:
         for attempt in (1, 2):
             try:
-                body = conn.get_json(path, timeout=30.0)
+                body = conn.get_json(path, timeout=30.0, max_bytes=MAX_CONFIGMAP_BYTES)
                 break
             except (OSError, http.client.HTTPException):
                 if attempt == 2:
