@@ -68,7 +68,6 @@ def test_addresses(address: str, host: str | None, port: int) -> None:
         (["--hostname-label", "host"], {}, "use Hostname or hostname"),
         (["--log-format", "xml"], {}, "use text or json"),
         (["--kubernetes-gpu-id-type", "index"], {}, "use uid or device-name"),
-        (["--kubernetes-pod-label-allowlist-regex", "app(,x"], {}, "not a valid regex"),
         (["--simulate-scenario", "s.json"], {}, "needs --simulate"),
         (["--simulate-burn", "5"], {}, "ON,OFF"),
     ],
@@ -132,3 +131,40 @@ def test_harmless_dcgm_exporter_options_are_accepted_with_a_warning() -> None:
         assert name in joined
     assert "configmap" not in joined and "--devices" not in joined  # 'none'/'f' are defaults
     assert parse_serve_args(["--enable-pprof=false"], {}).warnings == ()
+
+
+PROC = "tests/fixtures/proc"  # a /proc with <pid>/ directories, which -k needs
+
+
+def test_allowlist_patterns_go_refuses_are_skipped_with_a_warning_as_dcgm_exporter() -> None:
+    """dcgm-exporter (internal/pkg/transformation/kubernetes.go, newLabelFilterCache) compiles
+    the patterns only with -k; one Go's regexp refuses is logged and skipped, the rest used;
+    none compiling turns filtering off (every label)."""
+    flag = "--kubernetes-pod-label-allowlist-regex"
+    assert parse_serve_args([flag, "(?<=a)b,^team$"], {}).warnings == ()  # without -k: unused
+    s = parse_serve_args(["-k", "--proc-root", PROC, flag, "(?<=a)b,^team$"], {})
+    (warning,) = s.warnings
+    assert warning.startswith(f"{flag}: bad regex '(?<=a)b'") and "skipping" in warning
+    assert s.kubernetes.label_allowlist == ("(?<=a)b", "^team$")
+    s = parse_serve_args(["-k", "--proc-root", PROC], {
+        "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX": "(?<=a)b,(x"})
+    assert len(s.warnings) == 3 and "every pod label is copied" in s.warnings[-1]
+
+
+@pytest.mark.parametrize(("value", "kubernetes", "hostname"), [
+    ("gpu-host-7:5555", False, "gpu-host-7"),
+    ("10.0.0.7:5555", False, "10.0.0.7"),
+    ("[fd00::7]:5555", False, "fd00::7"),
+    ("gpu-host-7", False, "gpu-host-7"),  # no port: Go's SplitHostPort fails, the value is used
+    ("[fd00::7]", False, "[fd00::7]"),
+    ("gpu-host-7:5555", True, "n1"),  # with -k dcgm-exporter keeps NODE_NAME
+])
+def test_remote_hostengine_sets_hostname_as_dcgm_exporter(
+        value: str, kubernetes: bool, hostname: str) -> None:
+    """dcgm-exporter (internal/pkg/hostname/hostname.go): with -r and without -k the Hostname
+    label is the host of the remote address, even over NODE_NAME; with -k the node's name."""
+    k = ["-k", "--proc-root", PROC] if kubernetes else []
+    for argv, env in ((["-r", value], {}), ([], {"DCGM_REMOTE_HOSTENGINE_INFO": value})):
+        s = parse_serve_args([*k, *argv], {"NODE_NAME": "n1", **env})
+        assert s.output.hostname == hostname
+        assert any("Hostname label is the address's host" in w for w in s.warnings)

@@ -18,6 +18,7 @@ from podgpu.attribution.cgroups import CgroupIdentity
 from podgpu.attribution.deviceids import DeviceIndex, is_gpu_resource, parse_device_id
 from podgpu.attribution.kubelet import ContainerDevices
 from podgpu.attribution.podwatch import PodIndex, PodInfo
+from podgpu.errors import ConfigError
 from podgpu.model import Allocation, ContainerRef, GpuProcess
 from podgpu.re2compat import GoPattern, compile_go
 
@@ -60,18 +61,30 @@ class Unmatched:
     why: str
 
 
-def compile_allowlist(text: str | Iterable[str] | None) -> tuple[GoPattern, ...]:
+def compile_allowlist(text: str | Iterable[str] | None, warnings: list[str] | None = None
+                      ) -> tuple[GoPattern, ...]:
     """`--kubernetes-pod-label-allowlist-regex`: comma-separated regexes -> compiled patterns.
 
-    Raises ConfigError naming the bad pattern (dcgm-exporter skips it with a warning; podgpu
-    refuses to start, STYLE rule 8)."""
+    As dcgm-exporter (`newLabelFilterCache`): a pattern Go's regexp refuses is skipped with a
+    warning (appended to `warnings`), the others are used; when none compiles, filtering is off
+    and every label is copied (an empty result means exactly that)."""
     if text is None:
         return ()
     items = text.split(",") if isinstance(text, str) else list(text)
     out: list[GoPattern] = []
+    skipped = 0
     for item in (i.strip() for i in items):
-        if item:  # Go RE2 semantics, as dcgm-exporter compiles it (issue 17 item 6)
+        if not item:
+            continue
+        try:  # Go RE2 semantics, as dcgm-exporter compiles it (issue 17 item 6)
             out.append(compile_go(item, where="--kubernetes-pod-label-allowlist-regex"))
+        except ConfigError as exc:
+            skipped += 1
+            if warnings is not None:
+                warnings.append(f"{exc}; skipping that pattern, as dcgm-exporter does")
+    if skipped and not out and warnings is not None:
+        warnings.append("--kubernetes-pod-label-allowlist-regex: no pattern compiles; every pod "
+                        "label is copied, as dcgm-exporter does")
     return tuple(out)
 
 

@@ -12,7 +12,8 @@ IGNORED: tuple[tuple[tuple[str, ...], str, str, bool], ...] = (
     (("-n", "--no-hostname"), "DCGM_EXPORTER_NO_HOSTNAME", "a no-op in dcgm-exporter 4.x too",
      True),
     (("-r", "--remote-hostengine-info"), "DCGM_REMOTE_HOSTENGINE_INFO",
-     "podgpu reads NVML directly; there is no host engine", False),
+     "podgpu reads this node's GPUs through NVML, not a host engine; without -k the Hostname "
+     "label is the address's host, as dcgm-exporter sets it", False),
     (("--enable-dcgm-log",), "DCGM_EXPORTER_ENABLE_DCGM_LOG", "there is no DCGM library", True),
     (("--dcgm-log-level",), "DCGM_EXPORTER_DCGM_LOG_LEVEL", "there is no DCGM library", False),
     (("--disable-startup-validate",), "DISABLE_STARTUP_VALIDATE",
@@ -51,6 +52,18 @@ def _dest(flags: tuple[str, ...]) -> str:
 OPTIONS: tuple[Option, ...] = tuple(
     Option(flags, _dest(flags), env, None, why, is_bool=is_bool, hidden=True)
     for flags, env, why, is_bool in IGNORED + REFUSED)
+
+
+def remote_hostname(value: str) -> str:
+    """dcgm-exporter's Hostname with `-r` and without `-k` (internal/pkg/hostname): the host
+    of HOST:PORT as Go's net.SplitHostPort gives it (`[::1]:5555` -> `::1`), or the whole value
+    when it is not HOST:PORT (no port, or more than one colon outside brackets)."""
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        return host if sep and rest.startswith(":") and ":" not in rest[1:] else text
+    host, sep, port = text.partition(":")
+    return host if sep and ":" not in port else text
 
 
 def check(resolved: Resolved) -> list[str]:

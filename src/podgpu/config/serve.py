@@ -210,10 +210,11 @@ def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSet
         problem = _proc_root_problem(str(k["proc_root"]))
         if problem:
             raise r.fail("kubernetes.proc_root", problem)
-    if k["label_allowlist"]:
+    if k["label_allowlist"] and (k["enabled"] or r.values.get("sim.spec")):
         from podgpu.attribution.enrich import compile_allowlist
 
-        compile_allowlist(k["label_allowlist"])  # type: ignore[arg-type]  # ConfigError
+        # dcgm-exporter compiles the patterns only with -k, skipping those Go refuses
+        compile_allowlist(k["label_allowlist"], warnings)  # type: ignore[arg-type]
     node_name = env.get("NODE_NAME", "")
     kubernetes = KubernetesSettings(node_name=node_name, poll_interval=collect.interval,
                                     **k)  # type: ignore[arg-type]
@@ -231,8 +232,11 @@ def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSet
     if sim["scenario"] and not sim["spec"]:
         raise ConfigError("--simulate-scenario needs --simulate N")
     simulation = SimulationSettings(**sim) if sim["spec"] else None  # type: ignore[arg-type]
-    output = OutputSettings(hostname=node_name or socket.gethostname(),
-                            **section(r, "output"))  # type: ignore[arg-type]
+    hostname = node_name or socket.gethostname()
+    remote = r.values.get("compat.remote_hostengine_info")
+    if remote and not kubernetes.enabled:  # dcgm-exporter: the remote host names the series
+        hostname = compat.remote_hostname(str(remote))
+    output = OutputSettings(hostname=hostname, **section(r, "output"))  # type: ignore[arg-type]
     accounting = AccountingSettings(**section(r, "accounting"))  # type: ignore[arg-type]
     return ServeSettings(collect=collect, kubernetes=kubernetes, http=http, output=output,
                          log=log_settings(r), emf=emf, simulation=simulation,

@@ -17,7 +17,6 @@ from podgpu.attribution.enrich import (
 )
 from podgpu.attribution.kubelet import ContainerDevices
 from podgpu.attribution.podwatch import PodIndex, PodInfo
-from podgpu.errors import ConfigError
 from podgpu.model import Allocation, ContainerRef, GpuProcess
 from tests.unit.attribution.test_deviceids import DEVICES, G0, G1, MIG_A, MIG_B
 
@@ -121,8 +120,12 @@ def test_allowlist_parsing() -> None:
     assert compile_allowlist("") == ()
     assert [p.pattern for p in compile_allowlist("^app, team ,")] == ["^app", "team"]
     assert [p.pattern for p in compile_allowlist(["a", "b"])] == ["a", "b"]
-    with pytest.raises(ConfigError, match=r"bad regex '\(unclosed'"):
-        compile_allowlist("ok,(unclosed")
+    warnings: list[str] = []  # dcgm-exporter: a pattern Go refuses is skipped with a warning
+    assert [p.pattern for p in compile_allowlist("ok,(unclosed", warnings)] == ["ok"]
+    assert len(warnings) == 1 and "bad regex '(unclosed'" in warnings[0]
+    warnings.clear()  # none compiles: no filtering (every label), as dcgm-exporter
+    assert compile_allowlist("(?<=a)b,(x", warnings) == ()
+    assert len(warnings) == 3 and "every pod label is copied" in warnings[2]
 
 
 @pytest.mark.parametrize(
