@@ -22,7 +22,12 @@ CHUNK = 64 * 1024
 
 
 class FileReadError(Exception):
-    """The file cannot be read within its bounds; the message is one line (no path)."""
+    """The file cannot be read within its bounds; the message is one line (no path). `errno`
+    is the OS error's number when opening or reading failed (ENOENT: it is not there)."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 def kind_of(mode: int) -> str:
@@ -43,13 +48,23 @@ def kind_of(mode: int) -> str:
 def read_bytes(path: str | os.PathLike[str], limit: int, *, follow_symlinks: bool = True) -> bytes:
     """At most `limit` bytes of the regular file at `path`; FileReadError when it is not a
     regular file, cannot be opened or read, or holds more than `limit` bytes."""
+    data, more = read_head(path, limit, follow_symlinks=follow_symlinks)
+    if more:
+        raise FileReadError(f"larger than {describe(limit)}")
+    return data
+
+
+def read_head(path: str | os.PathLike[str], limit: int, *,
+              follow_symlinks: bool = True) -> tuple[bytes, bool]:
+    """The first `limit` bytes of the regular file at `path`, and whether it holds more;
+    FileReadError as `read_bytes` for anything but the size."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        raise FileReadError(f"cannot read: {exc.strerror or exc}") from None
+        raise FileReadError(f"cannot read: {exc.strerror or exc}", exc.errno) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -63,13 +78,12 @@ def read_bytes(path: str | os.PathLike[str], limit: int, *, follow_symlinks: boo
             parts.append(chunk)
             size += len(chunk)
     except OSError as exc:
-        raise FileReadError(f"cannot read: {exc.strerror or exc}") from None
+        raise FileReadError(f"cannot read: {exc.strerror or exc}", exc.errno) from None
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)
-    if size > limit:
-        raise FileReadError(f"larger than {describe(limit)}")
-    return b"".join(parts)
+    data = b"".join(parts)
+    return data[:limit], size > limit
 
 
 def read_text(path: str | os.PathLike[str], limit: int) -> str:

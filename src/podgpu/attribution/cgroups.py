@@ -22,9 +22,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from podgpu.files import FileReadError, read_bytes
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PROC_ROOT = "/proc"
+MAX_CGROUP_FILE_BYTES = 64 * 1024
+"""Of `<pid>/cgroup` read (a real one is one line under cgroup v2, ~15 lines under v1)."""
 
 _HEX_UUID = (
     r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
@@ -123,9 +127,14 @@ class CgroupReader:
     def _read(self, pid: int) -> CgroupIdentity | None:
         path = os.path.join(self._root, str(pid), "cgroup")
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read()
-        except (FileNotFoundError, ProcessLookupError):
+            text = read_bytes(path, MAX_CGROUP_FILE_BYTES).decode("utf-8", errors="replace")
+        except FileReadError as exc:
+            self._failed(path, exc)
+            return None
+        return parse_cgroup(text)
+
+    def _failed(self, path: str, exc: FileReadError) -> None:
+        if exc.errno in (errno.ENOENT, errno.ESRCH):
             if not os.path.isdir(self._root):  # issue 13: not "exited", the whole root is gone
                 self.errors += 1
                 if -1 not in self._logged:
@@ -133,14 +142,11 @@ class CgroupReader:
                     log.warning("%s is not a directory any more: GPU processes cannot be "
                                 "attributed to pods (is the host /proc still mounted?)",
                                 self._root)
-            return None  # exited since NVML listed it
-        except OSError as exc:
-            self.errors += 1
-            code = exc.errno or 0
-            if code not in self._logged:
-                self._logged.add(code)
-                hint = " (does podgpu run with hostPID and read access to /proc?)" if code in (
-                    errno.EACCES, errno.EPERM) else ""
-                log.warning("cannot read %s: %s%s", path, exc.strerror or exc, hint)
-            return None
-        return parse_cgroup(text)
+            return  # exited since NVML listed it
+        self.errors += 1
+        code = exc.errno or 0
+        if code not in self._logged:  # logged once per errno; 0: not a regular file, too big
+            self._logged.add(code)
+            hint = " (does podgpu run with hostPID and read access to /proc?)" if code in (
+                errno.EACCES, errno.EPERM) else ""
+            log.warning("cannot read %s: %s%s", path, exc, hint)

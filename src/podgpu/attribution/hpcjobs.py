@@ -7,9 +7,12 @@ every scrape and gives each series of a GPU with jobs one copy per job carrying 
 GPUs without a file keep their series unchanged. A directory missing at start is logged once and
 ignored until it appears; one that disappears later is logged and ignored.
 
-podgpu reads the directory once per collect cycle (never per scrape), bounded: regular files only,
-at most `MAX_FILES` files of `MAX_FILE_BYTES` each. Blank lines are skipped (dcgm-exporter would
-emit `hpc_job=""`, which Prometheus reads as no label, i.e. a duplicate of the unlabelled series).
+podgpu reads the directory once per collect cycle (never per scrape), bounded: regular files only
+(through the bounded file reader), at most `MAX_FILES` files of `MAX_FILE_BYTES` each, and at most
+`MAX_JOBS_PER_GPU` jobs per file: every job multiplies all of that GPU's series, so the bytes read
+did not bound the output (8 files of 64 KiB made 1.64 M series). A cut is logged once per file and
+shown in `/health`'s `hpc_job_mapping` entry. Blank lines are skipped (dcgm-exporter would emit
+`hpc_job=""`, which Prometheus reads as no label, i.e. a duplicate of the unlabelled series).
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from __future__ import annotations
 import logging
 import os
 import re
-import stat
 from collections.abc import Mapping
+
+from podgpu.files import FileReadError, read_head
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +30,9 @@ JOB_FILE = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 """A mapping file's name: a GPU index, or `<gpu>.<gpu instance id>` for a MIG instance."""
 MAX_FILES = 1024
 MAX_FILE_BYTES = 64 * 1024
+MAX_JOBS_PER_GPU = 64
+"""Jobs kept per mapping file. Slurm shares a GPU between jobs only through sharding or MPS,
+a handful at a time; each job is a full copy of the GPU's series (about 40 by default)."""
 LABEL = "hpc_job"
 
 JobMap = Mapping[str, tuple[str, ...]]
@@ -54,6 +61,8 @@ class HpcJobMapper:
         self.directory = directory
         self._missing_at_start = not os.path.isdir(directory)
         self._logged: set[str] = set()
+        self.cut: dict[str, int] = {}
+        """Files whose jobs were cut at MAX_JOBS_PER_GPU in the last read -> jobs listed."""
         if self._missing_at_start:
             log.warning("HPC job mapping directory %s not found; hpc_job labels appear once it "
                         "exists", directory)
@@ -80,26 +89,40 @@ class HpcJobMapper:
         self._missing_at_start = False
         self._logged.discard("gone")
         out: dict[str, tuple[str, ...]] = {}
+        cut: dict[str, int] = {}
         for entry in sorted(entries, key=lambda e: e.name)[:MAX_FILES]:
             if not JOB_FILE.fullmatch(entry.name):
                 continue
             jobs = self._read_file(entry.path, entry.name)
+            if len(jobs) > MAX_JOBS_PER_GPU:
+                cut[entry.name] = len(jobs)
+                self._once(f"jobs:{entry.name}", "HPC job file %s lists %d jobs; the first %d "
+                           "are used (each job copies every series of that GPU)", entry.path,
+                           len(jobs), MAX_JOBS_PER_GPU)
+                jobs = jobs[:MAX_JOBS_PER_GPU]
             if jobs:
                 out[entry.name] = jobs
+        self.cut = cut
         return out
+
+    def health(self) -> dict[str, object]:
+        """`/health`'s `hpc_job_mapping` entry: `ok`, or which files were cut."""
+        cut = self.cut
+        if not cut:
+            return {"status": "ok", "directory": self.directory}
+        files = ", ".join(f"{k} ({n} jobs)" for k, n in sorted(cut.items())[:8])
+        return {"status": f"jobs cut at {MAX_JOBS_PER_GPU} per GPU: {files}",
+                "directory": self.directory}
 
     def _read_file(self, path: str, name: str) -> tuple[str, ...]:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            self._once(f"open:{name}", "cannot read HPC job file %s: %s", path, exc.strerror or exc)
+            data, more = read_head(path, MAX_FILE_BYTES)
+        except FileReadError as exc:
+            if exc.errno is not None:  # not "a directory or FIFO named like a GPU", which
+                # dcgm-exporter skips too
+                self._once(f"open:{name}", "cannot read HPC job file %s: %s", path, exc)
             return ()
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return ()  # a directory or FIFO named like a GPU: dcgm-exporter skips directories too
-        with os.fdopen(fd, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
+        if more:
             self._once(f"size:{name}", "HPC job file %s is over %d KiB; its first %d KiB used",
                        path, MAX_FILE_BYTES // 1024, MAX_FILE_BYTES // 1024)
             data = data[:MAX_FILE_BYTES].rsplit(b"\n", 1)[0]

@@ -1,0 +1,72 @@
+"""Files podgpu reads from the node while running: a `--proc-root` whose cgroup file is a device
+or a FIFO, and HPC job files listing many jobs. Bounded reads, counted errors, no blocking; the
+HPC mapping bounded in series (jobs per GPU), with one log line and a /health entry when it cuts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from podgpu.attribution.cgroups import CgroupReader
+from podgpu.attribution.hpcjobs import MAX_JOBS_PER_GPU, HpcJobMapper
+
+POD = "0::/kubepods.slice/kubepods-pod6b9c2b7e_3d6e_4f0a_9a0b_1234567890ab.slice/cri-containerd-" \
+      + "a" * 64 + ".scope\n"
+
+
+@pytest.mark.parametrize("kind", ["zero", "fifo", "dir", "big"])
+def test_a_cgroup_file_that_is_not_a_small_regular_file_is_an_error_not_a_hang(
+        tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    """`/dev/zero` there read without bound; a FIFO blocked collection."""
+    (tmp_path / "7").mkdir()
+    target = tmp_path / "7" / "cgroup"
+    if kind == "zero":
+        target.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "dir":
+        target.mkdir()
+    else:
+        target.write_bytes(POD.encode() * 10_000)  # 1.3 MB
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8" / "cgroup").write_text(POD)
+    reader = CgroupReader(str(tmp_path))
+    tracemalloc.start()
+    with caplog.at_level(logging.WARNING):
+        found = reader.resolve([7, 8])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert set(found) == {8} and reader.errors == 1
+    assert peak < 1 << 20
+    assert len([r for r in caplog.records if "cgroup" in r.getMessage()]) == 1
+
+
+def test_hpc_jobs_per_gpu_are_capped_with_one_line_and_a_health_entry(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """8 files of 64 KiB made 1.64 M series: every job copies every series of its GPU."""
+    (tmp_path / "0").write_text("".join(f"{i}\n" for i in range(5000)))
+    (tmp_path / "1").write_text("a\nb\n")
+    mapper = HpcJobMapper(str(tmp_path))
+    assert mapper.health()["status"] == "ok"
+    with caplog.at_level(logging.WARNING):
+        first = mapper.read()
+        mapper.read()
+    assert first["0"] == tuple(str(i) for i in range(MAX_JOBS_PER_GPU))
+    assert first["1"] == ("a", "b")
+    assert len([r for r in caplog.records if "lists" in r.getMessage()]) == 1
+    status = str(mapper.health()["status"])
+    assert status.startswith(f"jobs cut at {MAX_JOBS_PER_GPU} per GPU") and "0 (" in status
+    (tmp_path / "0").write_text("x\n")
+    mapper.read()
+    assert mapper.health()["status"] == "ok"
+
+
+def test_an_hpc_file_that_is_a_device_or_fifo_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "0").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "1")
+    (tmp_path / "2").write_text("j\n")
+    assert HpcJobMapper(str(tmp_path)).read() == {"2": ("j",)}
