@@ -35,7 +35,6 @@ from podgpu.fields.field import Field
 from podgpu.model import Allocation, ContainerRef, Device, Sample, Snapshot
 from podgpu.sinks.cloudwatch.series import GAUGE, Item, LabelKey
 from podgpu.sinks.prometheus.labels import holders_by_device
-from podgpu.sinks.prometheus.pods import pod_usage
 
 NAMESPACE = "ContainerInsights"
 VERSION = "0"
@@ -201,10 +200,12 @@ class InsightsBuilder:
             self._node.start(2.0)
         node = self._node.current()
         holders = holders_by_device(snapshot.allocations)
-        usage: tuple[dict[tuple[str, ContainerRef], int],
-                     dict[tuple[str, ContainerRef], float]] | None = None
-        cids = {(p.device_key, _bare(p.container)): p.container_id
-                for p in snapshot.processes if p.container is not None and p.container_id}
+        usage = _usage(snapshot)
+        first_instance: dict[str, int] = {}  # MIG: the GPU's power rides on its first instance
+        for sample in snapshot.samples:
+            gi = sample.device.mig_gi_id
+            if gi is not None and gi < first_instance.get(sample.device.uuid, 1 << 30):
+                first_instance[sample.device.uuid] = gi
         for sample in snapshot.samples:
             if sample.lost is not None:
                 continue
@@ -212,29 +213,30 @@ class InsightsBuilder:
             readings = device_readings(sample)
             if not readings:
                 continue
-            yield self._key(NODE, dev, None, node), GAUGE, _items(NODE, readings)
+            if dev.is_mig and "power_draw" in readings:
+                # The whole GPU's power: once per GPU (its first instance's node event), never
+                # in a holder's events, so a sum over instances or pods counts it once.
+                held_readings = {k: v for k, v in readings.items() if k != "power_draw"}
+                node_readings = readings if first_instance.get(dev.uuid) == dev.mig_gi_id \
+                    else held_readings
+            else:
+                held_readings = node_readings = readings
+            yield self._key(NODE, dev, None, node), GAUGE, _items(NODE, node_readings)
+            readings = held_readings
             held = holders.get(dev.key)
             if not held:
                 continue
             shared = len(held) > 1 or any(a.replica is not None for a in held)
-            if shared and usage is None:
-                usage = pod_usage(snapshot, {s.device.key: s.device for s in snapshot.samples})
-            pods: dict[tuple[str, str, str], tuple[ContainerRef, dict[str, float]]] = {}
+            pods: dict[tuple[str, str], tuple[ContainerRef, dict[str, float]]] = {}
             for a in _distinct_containers(held):
-                ref = _bare(a.container)
-                if shared:
-                    assert usage is not None
-                    mem, util = usage
-                    own = share_readings(readings, util.get((dev.key, ref), 0.0),
-                                         mem.get((dev.key, ref), 0))
-                else:
-                    own = readings
-                cid = cids.get((dev.key, ref), "")
-                yield (self._key(CONTAINER, dev, a.container, node, cid), GAUGE,
-                       _items(CONTAINER, own))
-                pk = (ref.namespace, ref.pod, ref.pod_uid)
+                ref = a.container
+                util, mem, cid = usage.get((dev.key, ref.namespace, ref.pod, ref.container),
+                                           (0.0, 0, ""))
+                own = share_readings(readings, util, mem) if shared else readings
+                yield (self._key(CONTAINER, dev, ref, node, cid), GAUGE, _items(CONTAINER, own))
+                pk = (ref.namespace, ref.pod)
                 if pk not in pods:
-                    pods[pk] = (a.container, dict(own))
+                    pods[pk] = (ref, dict(own))
                 elif shared:  # a second container of the pod on this GPU: the pod's is the sum
                     acc = pods[pk][1]
                     for k in ("utilization", "memory_used", "memory_utilization"):
@@ -286,16 +288,31 @@ def _items(level: str, readings: dict[str, float]) -> list[Item]:
     return [(prefix + k, v) for k, v in readings.items()]
 
 
-def _bare(ref: ContainerRef) -> ContainerRef:
-    return ContainerRef(ref.namespace, ref.pod, ref.container, ref.pod_uid)
+Usage = dict[tuple[str, str, str, str], tuple[float, int, str]]
+
+
+def _usage(snapshot: Snapshot) -> Usage:
+    """(device key, namespace, pod, container) -> (SM utilisation ratio, memory bytes, container
+    id), summed over the container's processes: the numbers of `podgpu_pod_gpu_*` on /metrics.
+    Keyed by names (an allocation may lack the pod UID a process has)."""
+    out: Usage = {}
+    for p in snapshot.processes:
+        c = p.container
+        if c is None:
+            continue
+        k = (p.device_key, c.namespace, c.pod, c.container)
+        util, mem, cid = out.get(k, (0.0, 0, ""))
+        out[k] = (util + (p.sm_util_percent or 0.0) / 100.0, mem + (p.used_memory_bytes or 0),
+                  cid or p.container_id)
+    return out
 
 
 def _distinct_containers(held: list[Allocation]) -> list[Allocation]:
     """One allocation per container (a container holding two replicas of a GPU counts once)."""
-    seen: set[ContainerRef] = set()
+    seen: set[tuple[str, str, str]] = set()
     out = []
     for a in held:
-        ref = _bare(a.container)
+        ref = (a.container.namespace, a.container.pod, a.container.container)
         if ref not in seen:
             seen.add(ref)
             out.append(a)

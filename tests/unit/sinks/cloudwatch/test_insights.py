@@ -1,0 +1,208 @@
+"""Container Insights GPU events (--emf-container-insights): the readings' scaling, who gets
+which event on a node with every case (exclusive, time-sliced, MIG, a two-GPU pod, idle), the
+EMF v0 shape, high-frequency distributions, and one queue holding two log groups' events.
+
+Every event is checked with tests/ci_contract.py, the add-on's rules restated without podgpu's
+code; the expected numbers below are worked out from the simulated readings by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podgpu.attribution.nodeinfo import NodeObject, instance_id_of, parse_node
+from podgpu.backends.select import SelectedBackend
+from podgpu.collect import Collector
+from podgpu.config import parse_serve_args
+from podgpu.errors import ConfigError
+from podgpu.model import Device, Sample
+from podgpu.model.selection import DeviceSelection
+from podgpu.sim.backend import MODELS, SimulatedBackend
+from podgpu.sim.node import simulated_node
+from podgpu.sim.scenario import SimulatedAttributor, load_scenario
+from podgpu.sinks.cloudwatch.destinations import is_insights_event
+from podgpu.sinks.cloudwatch.insights import (
+    FixedNode,
+    InsightsBuilder,
+    InsightsOptions,
+    device_readings,
+    with_insights_fields,
+)
+from podgpu.sinks.cloudwatch.insights_encode import CombinedEncoder, InsightsEncoder
+from podgpu.sinks.cloudwatch.queue import EventQueue
+from podgpu.sinks.cloudwatch.window import WindowAccumulator
+from tests import ci_contract
+
+ROOT = Path(__file__).resolve().parents[4]
+SCENARIO = ROOT / "tests" / "fixtures" / "insights" / "scenario.yaml"
+MIB = 1 << 20
+START = 1_800_000_000.0  # a multiple of 60: windows start on it
+
+
+class Node:
+    """The contract node (tests/fixtures/insights/scenario.yaml) on a fake clock."""
+
+    def __init__(self) -> None:
+        self.now = START
+        scenario = load_scenario(str(SCENARIO))
+        backend = SelectedBackend(  # -d f, as serve: a MIG GPU's instances, not its parent
+            SimulatedBackend(6, MODELS["H100"], clock=lambda: self.now, scenario=scenario),
+            DeviceSelection())
+        backend.open()
+        from podgpu.fields.metriclist import load_default
+
+        self.collector = Collector(backend, with_insights_fields(load_default().fields),
+                                   attributor=SimulatedAttributor(scenario), want_processes=True,
+                                   clock=lambda: self.now)
+        self.node = simulated_node(MODELS["H100"], 6, "ip-10-0-1-23.ec2.internal")
+        self.builder = InsightsBuilder(InsightsOptions("demo", self.node.name),
+                                       FixedNode(self.node))
+
+    def events(self, seconds: int, interval: float = 60.0) -> list[dict[str, Any]]:
+        acc = WindowAccumulator(interval, lambda k, m: True)
+        enc = InsightsEncoder()
+        lines: list[str] = []
+        for _ in range(seconds):
+            closed = acc.add(self.now, self.builder.series(self.collector.cycle()))
+            if closed is not None:
+                lines += enc.encode(closed)
+            self.now += 1
+        closed = acc.close()
+        if closed is not None:
+            lines += enc.encode(closed)
+        assert all(is_insights_event(line) for line in lines)
+        return [json.loads(line) for line in lines]
+
+
+def by(events: list[dict[str, Any]], t: str, device: str, pod: str = "") -> dict[str, Any]:
+    found = [e for e in events if e["Type"] == t and e["GpuDevice"] == device
+             and e.get("FullPodName", "") == pod]
+    assert len(found) == 1, (t, device, pod, len(found))
+    return found[0]
+
+
+def test_readings_use_the_add_ons_units_and_scaling() -> None:
+    dev = Device(0, "GPU-1", "0000:18:00.0", "nvidia0", "NVIDIA H100 80GB HBM3")
+    s = Sample(dev, {"DCGM_FI_DEV_GPU_UTIL": 97, "DCGM_FI_DEV_FB_USED": 1000,
+                     "DCGM_FI_DEV_FB_FREE": 800, "DCGM_FI_DEV_FB_RESERVED": 200,
+                     "DCGM_FI_DEV_GPU_TEMP": 61, "DCGM_FI_DEV_POWER_USAGE": 182.5,
+                     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.42})
+    r = device_readings(s)
+    assert r["utilization"] == 97  # percent, as DCGM gives it
+    assert r["memory_used"] == 1000 * MIB and r["memory_total"] == 2000 * MIB  # MiB x 2^20
+    assert r["memory_utilization"] == pytest.approx(1000 / (2000 - 200) * 100, abs=1e-3)
+    assert r["temperature"] == 61 and r["power_draw"] == 182.5
+    assert r["tensor_core_utilization"] == 0.42  # the add-on's raw ratio, not 42
+    mig = Sample(Device(0, "GPU-1", "0000:18:00.0", "nvidia0", "H100", "3g.40gb", 2, "MIG-x"),
+                 {"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.5, "DCGM_FI_DEV_FB_USED": 10})
+    assert device_readings(mig)["utilization"] == 50.0  # no GPU_UTIL per instance: its engine
+
+
+def test_every_case_gets_the_right_events_with_its_own_values() -> None:
+    events = Node().events(5, interval=60.0)  # one window, GPUs in their busy phase
+    for e in events:
+        assert ci_contract.check_event(e) == [], e
+    errs, _ = ci_contract.check_stream(events)
+    assert errs == []
+    # One NodeGPU per GPU or MIG instance; the idle GPU 5 has nothing else.
+    assert sorted(e["GpuDevice"] for e in events if e["Type"] == "NodeGPU") == [
+        "nvidia0", "nvidia1", "nvidia2-mig1", "nvidia2-mig2", "nvidia3", "nvidia4", "nvidia5"]
+    assert {e["GpuDevice"] for e in events if e["Type"] != "NodeGPU"} == {
+        "nvidia0", "nvidia1", "nvidia2-mig1", "nvidia2-mig2", "nvidia3", "nvidia4"}
+    # Exclusive: the GPU's own readings, as the add-on.
+    node0, pod0 = by(events, "NodeGPU", "nvidia0"), by(events, "PodGPU", "nvidia0", "train-0")
+    for k in ("utilization", "memory_used", "power_draw", "tensor_core_utilization"):
+        assert pod0[f"pod_gpu_{k}"] == node0[f"node_gpu_{k}"]
+    # Time-sliced 70/30: each pod its own share (the add-on gives one arbitrary pod all of it).
+    a, b = by(events, "ContainerGPU", "nvidia1", "infer-a"), by(
+        events, "ContainerGPU", "nvidia1", "infer-b")
+    assert ci_contract.samples(a["container_gpu_utilization"])[2] == pytest.approx(70.0)
+    assert ci_contract.samples(b["container_gpu_utilization"])[2] == pytest.approx(30.0)
+    used = ci_contract.samples(by(events, "NodeGPU", "nvidia1")["node_gpu_memory_used"])[2]
+    assert ci_contract.samples(a["container_gpu_memory_used"])[2] + ci_contract.samples(
+        b["container_gpu_memory_used"])[2] == pytest.approx(used)
+    assert "container_gpu_power_draw" not in a and "container_gpu_tensor_core_utilization" not in a
+    # MIG: one event per instance with its holder; the GPU's power once (first instance).
+    m1, m2 = by(events, "PodGPU", "nvidia2-mig1", "mig-a"), by(events, "PodGPU",
+                                                                "nvidia2-mig2", "mig-b")
+    assert m1["UUID"] == m2["UUID"]  # the parent GPU's, as dcgm-exporter labels MIG series
+    assert "pod_gpu_memory_total" in m1 and "pod_gpu_power_draw" not in m1
+    assert "node_gpu_power_draw" in by(events, "NodeGPU", "nvidia2-mig1")
+    assert "node_gpu_power_draw" not in by(events, "NodeGPU", "nvidia2-mig2")
+    # A pod with two GPUs: one event per GPU.
+    assert by(events, "PodGPU", "nvidia3", "wide-0")["PodName"] == "wide-0"
+    assert by(events, "PodGPU", "nvidia4", "wide-0")["InstanceType"] == "p5.48xlarge"
+
+
+def test_high_frequency_form_one_event_per_minute_with_every_sample() -> None:
+    events = Node().events(120)  # two minutes of 1 s samples: 20 s on / 20 s off
+    node0 = [e for e in events if e["Type"] == "NodeGPU" and e["GpuDevice"] == "nvidia0"]
+    assert [e["Timestamp"] for e in node0] == [str(int(START * 1000)),
+                                               str(int((START + 60) * 1000))]
+    util = node0[0]["node_gpu_utilization"]
+    assert set(util) == {"Values", "Counts", "Max", "Min", "Count", "Sum"}
+    assert util["Count"] == 60 and util["Max"] == 100 and util["Min"] == 0
+    assert dict(zip(util["Values"], util["Counts"], strict=True)) == {100: 40, 0: 20}
+
+
+def test_v0_shape_keys_in_go_order_and_no_service_set_without_a_service() -> None:
+    e = by(Node().events(1), "ContainerGPU", "nvidia0", "train-0")
+    keys = list(e)
+    labels = [k for k in keys if not k.startswith("container_gpu_")]
+    assert labels == sorted(labels) and keys[0] == "CloudWatchMetrics"
+    assert keys[len(labels):] == sorted(keys[len(labels):])  # values after the labels
+    assert isinstance(e["Timestamp"], str) and e["Version"] == "0" and "_aws" not in e
+    assert e["kubernetes"]["container_name"] == "trainer"
+    assert "containerd" in e["kubernetes"]  # the container's runtime id
+    pod = by(Node().events(1), "PodGPU", "nvidia0", "train-0")
+    assert ["ClusterName", "Namespace", "Service"] not in pod["CloudWatchMetrics"][0]["Dimensions"]
+
+
+def test_one_queue_hands_out_batches_of_one_log_group() -> None:
+    q = EventQueue(1 << 20)
+    q.put(1000, ['{"_aws":{}}', '{"CloudWatchMetrics":[]}', '{"CloudWatchMetrics":[]}',
+                 '{"Timestamp":1}'])
+    batches = []
+    while (batch := q.peek(100, 1 << 20, 1 << 30)):
+        batches.append([is_insights_event(m) for _, m, _ in batch])
+        q.ack(len(batch))
+    assert batches == [[False], [True, True], [False]]
+
+
+def test_combined_encoder_keeps_insights_label_sets_from_the_declarations() -> None:
+    enc = CombinedEncoder(None, InsightsEncoder())
+    assert not enc.wanted((("ClusterName", "c"),), "DCGM_FI_DEV_GPU_UTIL")
+    assert enc.wanted((("", "NodeGPU"), ("ClusterName", "c")), "node_gpu_utilization")
+
+
+def test_node_object_gives_instance_id_type_and_gpus() -> None:
+    node = parse_node({"metadata": {"name": "n", "labels": {
+        "node.kubernetes.io/instance-type": "g5.12xlarge"}},
+        "spec": {"providerID": "aws:///us-west-2a/i-0abc123"},
+        "status": {"capacity": {"nvidia.com/gpu": "4", "cpu": "48"}}})
+    assert node == NodeObject("n", "i-0abc123", "g5.12xlarge", 4)
+    assert instance_id_of("gce://project/zone/name") == ""
+    assert parse_node({}).gpu_capacity is None
+    assert simulated_node(MODELS["A10G"], 4, "x").instance_type == "g5.12xlarge"
+    assert simulated_node(MODELS["H200"], 8, "x").instance_type == "p5e.48xlarge"
+    assert simulated_node(MODELS["A100"], 8, "x").instance_id.startswith("i-0")
+
+
+def test_flag_and_its_checks() -> None:
+    s = parse_serve_args(["--simulate", "1", "--emf-container-insights", "--cluster-name", "c"])
+    assert s.emf is not None and s.emf.container_insights and s.emf.config == ""
+    env = parse_serve_args(["--simulate", "1", "--cluster-name", "c"],
+                           {"PODGPU_EMF_CONTAINER_INSIGHTS": "true"})
+    assert env.emf is not None and env.emf.container_insights
+    from podgpu.agent import build_agent
+
+    with pytest.raises(ConfigError, match="--cluster-name"):
+        build_agent(parse_serve_args(["--simulate", "1", "--emf-container-insights",
+                                      "--emf-destination", "stdout"], {"NODE_NAME": "n"}))
+    with pytest.raises(ConfigError, match="cloudwatch or stdout"):
+        build_agent(parse_serve_args(["--simulate", "1", "--emf-container-insights",
+                                      "--cluster-name", "c", "--emf-destination",
+                                      "udp://127.0.0.1:25888"], {"NODE_NAME": "n"}))
