@@ -1,0 +1,128 @@
+"""`podgpu serve --emf-container-insights` beside the seed's declarations, against a real
+CloudWatch Logs emulator (moto in server mode): the events CloudWatch stores in
+`/aws/containerinsights/<cluster>/performance` (stream = the node name) follow the add-on's
+contract as restated in tests/ci_contract.py (names, units, scaling, dimension sets per level,
+required fields per Type, the v0 shape, one NodeGPU per GPU and interval), on a simulated node
+with every case: an exclusive GPU, a time-sliced GPU shared 70/30 by two pods, a MIG GPU with two
+held instances, a two-GPU pod and an idle GPU. Their values are the ones each published cycle
+shows (the snapshot `/metrics` is rendered from, read back at /api/v1/snapshot by its
+`taken_at`), and the declarations' events stay in their own log group."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests import ci_contract
+from tests.integration.aws_fakes import ROOT, free_port, moto_url, podgpu_env, read_events
+
+__all__ = ["moto_url"]  # the fixture
+pytestmark = pytest.mark.integration
+
+SEED = ROOT / "tests" / "fixtures" / "seed" / "cwagent-config.json"
+SCENARIO = ROOT / "tests" / "fixtures" / "insights" / "scenario.yaml"
+NODE = "ip-10-9-8-7.ec2.internal"
+CI_GROUP = "/aws/containerinsights/ci/performance"
+SEED_GROUP = "/aws/containerinsights/ci/prometheus"
+MIB = 1 << 20
+INTERVAL = 2
+
+
+def stored(url: str, group: str, stream: str) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(e["message"]) for e in read_events(url, group, stream)]
+    except Exception as exc:  # the group and stream do not exist before the first send
+        if "ResourceNotFound" in str(exc) or "ResourceNotFound" in type(exc).__name__:
+            return []
+        raise
+
+
+def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url: str) -> None:
+    port = free_port()
+    cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", "6", "--simulate-scenario",
+           str(SCENARIO), "-a", f"127.0.0.1:{port}", "-c", "500", "--emf-container-insights",
+           "--cloudwatch-config", str(SEED), "--emf-endpoint-url", moto_url, "--aws-region",
+           "us-east-1", "--cluster-name", "ci", "--emf-interval", str(INTERVAL),
+           "--emf-log-stream", "seed", "--emf-label", "Service=nvidia-dcgm-exporter",
+           "--emf-namespace", "gpu-operator"]
+    proc = subprocess.Popen(cmd, env=podgpu_env(NODE_NAME=NODE), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    seen: dict[float, dict[str, Any]] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while len({e["Timestamp"] for e in stored(moto_url, CI_GROUP, NODE)}) < 4:
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no Container Insights events in moto"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
+                                            timeout=2) as r:
+                    view = json.loads(r.read())
+                seen[view["taken_at"]] = view
+            except OSError:
+                pass
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 0, err
+    events = stored(moto_url, CI_GROUP, NODE)
+    for e in events:
+        assert ci_contract.check_event(e) == [], e
+    errs, summary = ci_contract.check_stream(events)
+    assert errs == [], errs[:5]
+    # The seed's declarations still go to their own group, and only there.
+    seed = stored(moto_url, SEED_GROUP, "seed")
+    assert seed and all("_aws" in d for d in seed)
+    assert all("Type" in e and "_aws" not in e for e in events)
+    # Every case, every interval (the last one is cut short by the stop: left out).
+    stamps = sorted({e["Timestamp"] for e in events})[:-1]
+    assert len(stamps) >= 3
+    for ts in stamps:
+        now = [e for e in events if e["Timestamp"] == ts]
+        assert sorted(e["GpuDevice"] for e in now if e["Type"] == "NodeGPU") == [
+            "nvidia0", "nvidia1", "nvidia2-mig1", "nvidia2-mig2", "nvidia3", "nvidia4",
+            "nvidia5"]
+        holders = {(e["GpuDevice"], e["FullPodName"]) for e in now if e["Type"] == "PodGPU"}
+        assert holders == {("nvidia0", "train-0"), ("nvidia1", "infer-a"),
+                           ("nvidia1", "infer-b"), ("nvidia2-mig1", "mig-a"),
+                           ("nvidia2-mig2", "mig-b"), ("nvidia3", "wide-0"),
+                           ("nvidia4", "wide-0")}
+        assert all(e["InstanceType"] == "p5.48xlarge" and e["NodeName"] == NODE for e in now)
+    # Values: each observed cycle's reading is among its interval's samples.
+    index = {(e["Timestamp"], e["Type"], e["GpuDevice"], e.get("FullPodName", "")): e
+             for e in events}
+    checked = 0
+    for taken_at, view in seen.items():
+        ts = str(int(taken_at // INTERVAL * INTERVAL * 1000))
+        if ts not in stamps:
+            continue
+        for d in view["devices"]:
+            gi = (d["mig"] or {}).get("gi_id")
+            dev = d["device"] + (f"-mig{gi}" if gi else "")
+            v = d["values"]
+            node = index[(ts, "NodeGPU", dev, "")]
+            util = v["DCGM_FI_DEV_GPU_UTIL"] if not gi else round(
+                v["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] * 100, 3)
+            assert util in values(node["node_gpu_utilization"]), (dev, taken_at)
+            assert v["DCGM_FI_DEV_FB_USED"] * MIB in values(node["node_gpu_memory_used"])
+            assert v["DCGM_FI_DEV_GPU_TEMP"] in values(node["node_gpu_temperature"])
+            checked += 1
+        for p in view["pods"]:
+            if p["pod"] in ("infer-a", "infer-b"):  # the time-sliced GPU: each its own share
+                c = index[(ts, "ContainerGPU", "nvidia1", p["pod"])]
+                assert round(p["utilization_ratio"] * 100, 3) in values(
+                    c["container_gpu_utilization"])
+                assert p["memory_used_bytes"] in values(c["container_gpu_memory_used"])
+                checked += 1
+    assert checked >= 20, (checked, summary)
+
+
+def values(v: Any) -> list[float]:
+    return v["Values"] if isinstance(v, dict) else [v]
