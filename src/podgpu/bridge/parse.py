@@ -43,8 +43,9 @@ class Family:
     samples: tuple[Sample, ...]
 
 
-def parse_exposition(text: str) -> list[Family]:
-    """Every family of one scrape; ParseError names the problem."""
+def parse_exposition(text: str, *, max_labels: int | None = None) -> list[Family]:
+    """Every family of one scrape; ParseError names the problem (and a sample with more than
+    `max_labels` labels)."""
     try:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError as exc:  # pragma: no cover - the bridge extra is missing
@@ -60,6 +61,9 @@ def parse_exposition(text: str) -> list[Family]:
             restore = fam.type == "counter" and fam.name in plain_counters
             samples = []
             for s in fam.samples:
+                if max_labels is not None and len(s.labels) > max_labels:
+                    raise ParseError(f"a sample of {s.name[:100]} with {len(s.labels)} labels, "
+                                     f"over the limit of {max_labels}")
                 name = s.name
                 if restore and name == fam.name + "_total":
                     name = fam.name

@@ -12,6 +12,10 @@ through podgpu.boundedget:
   bomb costs the cap, not 8.6 GB), also applied to the compressed bytes and to Content-Length;
 - **a sample cap**, counted on the raw bytes before the (slow, memory-hungry) parser runs: past it
   the scrape fails, like Prometheus' `sample_limit`;
+- **bytes per series and labels per sample**: a line over MAX_SERIES_BYTES fails the scrape
+  before parsing (found in one pass), a sample with more than MAX_LABELS labels while parsing;
+  one 3.9 MB sample of 330 k labels counted as one sample and pinned a core. With the size cap
+  this bounds the parser's CPU per scrape (see docs/limits.md);
 - **no redirects**: a target is a fixed endpoint on this node; a 3xx is reported with its
   Location, never followed (same-origin ones neither: the target URL is the user's to fix);
 - **credentials** in `--scrape http://user:pass@host/...` are sent as basic auth and never shown:
@@ -24,6 +28,7 @@ alone.
 from __future__ import annotations
 
 import base64
+import re
 import threading
 import time
 import urllib.parse
@@ -39,6 +44,12 @@ DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_SAMPLES = 10_000
 """Samples per scrape (a 56-instance MIG node with 60 fields is ~3,400). The text parser needs
 ~2.8 KiB and ~90 µs per sample, so this bounds one scrape to ~30 MiB and ~1 s of CPU."""
+MAX_SERIES_BYTES = 32 * 1024
+"""Bytes of one sample line (a dcgm-exporter series with pod labels is under 1 KiB)."""
+MAX_LABELS = 128
+"""Labels of one sample (dcgm-exporter's carry about 15)."""
+_LONG_LINE = re.compile(rb"(?:\A|\n)[^\n]{%d}" % (MAX_SERIES_BYTES + 1))
+"""A line over MAX_SERIES_BYTES; anchored at a line start, so each line is scanned once."""
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 SECRET = "<secret>"
 
@@ -163,6 +174,8 @@ class Target:
         n = count_samples(body)
         if n > self.max_samples:
             raise ScrapeError(f"{n} samples, over the limit of {self.max_samples} per scrape")
+        if _LONG_LINE.search(body):
+            raise ScrapeError(f"a line over the limit of {MAX_SERIES_BYTES} bytes per series")
         try:
             return body.decode(charset)
         except (UnicodeDecodeError, LookupError) as exc:
@@ -179,7 +192,7 @@ class Target:
         t0 = time.perf_counter()
         error = ""
         try:
-            families = parse_exposition(self.fetch())
+            families = parse_exposition(self.fetch(), max_labels=MAX_LABELS)
         except (ScrapeError, ParseError) as exc:
             error = str(exc)
         finally:
