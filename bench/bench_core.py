@@ -511,7 +511,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     runs: list[dict[str, Any]] = []
     sweep: list[dict[str, float]] = []
     bodies: dict[str, bytes] = {}

@@ -143,7 +143,7 @@ async def scrape_loop(port: int, tls: ssl.SSLContext | None, until: float, offse
             await asyncio.wait_for(once(), 10)
             lat.append((time.perf_counter() - t0) * 1000)
             res.scrapes += 1
-        except (OSError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, OSError, ValueError) as exc:
             res.failed += 1
             if len(res.failures) < 20:
                 res.failures.append(f"{type(exc).__name__}: {exc}"[:200])

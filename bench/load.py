@@ -99,8 +99,7 @@ async def scraper(port: int, until: float, every: float, offset: float, res: Loa
                 raise ValueError(f"status {status}, {len(body)} bytes")
             lat.append((time.perf_counter() - t0) * 1000)
             res.scrapes += 1
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError,
-                StopIteration) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, StopIteration) as exc:
             res.failed += 1
             if len(res.failures) < 20:
                 res.failures.append(f"{type(exc).__name__}: {exc}"[:200])

@@ -41,7 +41,7 @@ class Pki:
         self.name = name
         directory.mkdir(parents=True, exist_ok=True)
         self._key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self._cert = (
             x509.CertificateBuilder().subject_name(_name(f"{name} CA")).issuer_name(_name(f"{name} CA"))
             .public_key(self._key.public_key()).serial_number(x509.random_serial_number())
@@ -60,7 +60,7 @@ class Pki:
              ips: tuple[str, ...] = ("127.0.0.1",), password: bytes | None = None) -> Leaf:
         """Write `<stem>.crt` and `<stem>.key` (overwriting: that is how rotation is tested)."""
         key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         serial = x509.random_serial_number()
         sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
         sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]

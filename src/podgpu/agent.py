@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -138,12 +139,13 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     from podgpu.collect import CollectLoop, Collector
     from podgpu.fields.listfollow import ListFollower
     from podgpu.fields.metriclist import describe_source
-    from podgpu.http.guard import ConnectionGuard, Limits
+    from podgpu.http.guard import ConnectionGuard
+    from podgpu.http.health import health
     from podgpu.http.publish import Publisher
-    from podgpu.http.ready import add_ready_route, driver_waiting
-    from podgpu.http.server import make_app, serve_until_stopped
+    from podgpu.http.ready import driver_waiting, readiness
+    from podgpu.http.server import landing, make_app, run_listener
     from podgpu.http.stats import HttpStats
-    from podgpu.reload import MetricListSwitch, install_sighup
+    from podgpu.reload import MetricListSwitch
     from podgpu.sinks.live import LiveRenderer, ViewOptions
     from podgpu.sinks.prometheus import RenderOptions, render
     from podgpu.sinks.prometheus.source import MetricSource, render_sources
@@ -234,38 +236,37 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     if follower is not None:
         follower.start()  # a list edit is loaded on its thread, applied between two cycles
 
-    def list_health() -> dict[str, Any]:
-        now = lists.current
-        return {"status": "ok" if now.metrics else "no metric rows", "path": now.path,
-                "metrics": len(now.metrics), "labels": len(now.labels)}
-
-    sinks: dict[str, Callable[[], dict[str, Any]]] = {"metric_list": list_health}
+    sinks: dict[str, Callable[[], dict[str, Any]]] = {"metric_list": lists.health}
     if emf is not None:
         sinks["emf"] = emf.health
     if security is not None:
         sinks["web_config"] = security.health
-    app = make_app(publisher, interval=interval, backend=backend.name, sinks=sinks)
-    # readiness: /health, or 503 while the NVIDIA driver is awaited (issue 22, http/ready.py)
-    add_ready_route(app, publisher, interval=interval, backend=backend.name,
-                    waiting=driver_waiting(backend.waiting, backend.devices, publisher)
-                    if isinstance(backend, DriverWait) else lambda: None)
-    if security is not None:
-        security.install(app)  # every route: basic auth, headers, SANs, rate limit
-    install_sighup(app, blocking=[lists.request],
-                   on_loop=[security.request_reload] if security is not None else [])
-    try:
-        limits = Limits(max_connections=settings.http.max_connections,
-                        request_timeout=settings.http.request_timeout)
-        assert settings.http.port is not None
-        def listening(addresses: list[tuple[str, int]], guard: ConnectionGuard) -> None:
-            stats.guard = guard
-            agent.addresses = list(addresses)
-            if ready is not None:
-                ready(agent)
+    if hpc is not None:
+        sinks["hpc_job_mapping"] = hpc.health
+    def health_of(strict: bool) -> tuple[int, dict[str, Any]]:
+        status, body = health(publisher.current, time.time(), interval, backend.name,
+                              strict=strict)
+        for name, status_of in sinks.items():  # reported, never a 503
+            body[name] = status_of()
+        return status, body
 
-        agent.stopper.run(serve_until_stopped(
-            app, settings.http.host, settings.http.port, limits=limits,
-            ssl_context=security.ssl_context if security is not None else None, ready=listening))
+    # readiness: /health, or 503 while the NVIDIA driver is awaited (http/ready.py)
+    waiting = (driver_waiting(backend.waiting, backend.devices, publisher)
+               if isinstance(backend, DriverWait) else lambda: None)
+    app = make_app(lambda: publisher.current, health_of, index=landing(backend.name, publisher),
+                   ready=lambda: readiness(*health(publisher.current, time.time(), interval,
+                                                   backend.name), waiting()),
+                   live=publisher)
+
+    def listening(addresses: list[tuple[str, int]], guard: ConnectionGuard) -> None:
+        stats.guard = guard
+        agent.addresses = list(addresses)
+        if ready is not None:
+            ready(agent)
+
+    try:
+        run_listener(app, settings.http, security=security, stopper=agent.stopper,
+                     reload_blocking=[lists.request], ready=listening)
     except ListenError:
         if emf is not None:  # a start that fails sends nothing (issue 18 item 6)
             emf.abort()

@@ -38,7 +38,6 @@ def configure(*, debug: bool = False, fmt: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     for name in QUIET_LIBRARIES:  # --debug is for podgpu; their DEBUG output carries secrets
         logging.getLogger(name).setLevel(logging.INFO)
 

@@ -4,7 +4,8 @@ A process that gets SIGHUP and has no handler is killed silently (issue 13); dcg
 signals as reload or shutdown. podgpu reloads: the web config (http.websecurity, which also follows
 its files by itself) and the metric list given with `-f`, or re-read from the ConfigMap named by
 `-m` (the embedded default has nothing to re-read); reading runs on a worker thread, off the
-event loop. A bad new list is refused with one log line and the list in use stays. The new list takes
+event loop (the signal handler is http.sighup's). A bad new list is refused with one log line and
+the list in use stays. The new list takes
 effect between two collection cycles, on the collect thread, so one cycle never reads with one list
 and renders with another. The CloudWatch EMF sink keeps the list it started with (its
 declarations select metrics by name; docs/cloudwatch.md).
@@ -12,15 +13,10 @@ declarations select metrics by name; docs/cloudwatch.md).
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
-import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
-
-from aiohttp import web
 
 from podgpu.errors import ConfigError, PodgpuError
 from podgpu.fields.catalog import Field
@@ -43,6 +39,8 @@ class MetricListSwitch:
         self._load = load
         self._pending: MetricList | None = None
         self._lock = threading.Lock()
+        self.refused: str | None = None
+        """Why the last edit was refused, until a later one loads (shown by `/health`)."""
 
     def request(self) -> bool:
         """Load the list now (on the caller's thread); True when a new list is pending."""
@@ -56,12 +54,22 @@ class MetricListSwitch:
         except PodgpuError as exc:  # a bad list, or the API unreachable (-m)
             log.error("metric list not reloaded, still exporting the %d metrics of %s: %s",
                       len(self.current.metrics), self.current.path, exc)
+            self.refused = str(exc)
             return False
         with self._lock:
             self._pending = fresh
+        self.refused = None
         log.info("metric list %s loaded (%d metrics); used from the next cycle",
                  fresh.path, len(fresh.metrics))
         return True
+
+    def health(self) -> dict[str, object]:
+        """`/health`'s `metric_list` entry: `ok`, `no metric rows`, or the refused edit."""
+        now, refused = self.current, self.refused
+        status = ("ok" if now.metrics else "no metric rows") if refused is None else (
+            f"edit refused, still exporting the last good list: {refused}")
+        return {"status": status, "path": now.path, "metrics": len(now.metrics),
+                "labels": len(now.labels)}
 
     def apply(self, collector: UsesFields) -> None:
         """Switch to a pending list; call on the collect thread after a snapshot is published."""
@@ -70,39 +78,3 @@ class MetricListSwitch:
         if fresh is not None:
             collector.use_fields(fresh.fields)
             self.current = fresh
-
-
-def install_sighup(app: web.Application, *, blocking: Sequence[Callable[[], object]] = (),
-                   on_loop: Sequence[Callable[[], object]] = ()) -> None:
-    """On every SIGHUP once `app` serves: `on_loop` callables run on the event loop (they only
-    set flags, e.g. the web config's reload request), `blocking` ones (a list file, the
-    ConfigMap through the API) on one worker thread, in order, so a slow read never stalls a
-    scrape (issue 16 item 5). Only a process's main thread can own signals; elsewhere (an agent
-    started by a test) nothing is installed."""
-    worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="podgpu-hup")
-
-    def guarded(reload: Callable[[], object]) -> None:
-        try:
-            reload()
-        except Exception:  # a reload bug must not take the server down
-            log.exception("SIGHUP reload failed")
-
-    def on_hup() -> None:
-        log.info("SIGHUP received: reloading")
-        for reload in on_loop:
-            guarded(reload)
-        for reload in blocking:
-            worker.submit(guarded, reload)
-
-    async def register(_app: web.Application) -> None:
-        if threading.current_thread() is threading.main_thread():
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
-
-    async def unregister(_app: web.Application) -> None:
-        if threading.current_thread() is threading.main_thread():
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # shutting down: never killed by it
-        worker.shutdown(wait=False, cancel_futures=True)
-
-    app.on_startup.append(register)
-    app.on_cleanup.append(unregister)

@@ -11,9 +11,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
-import tomllib
 from packaging.requirements import Requirement
 
 from podgpu.fields.metriclist import load_metric_list

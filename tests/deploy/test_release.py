@@ -6,10 +6,10 @@ manifests use."""
 from __future__ import annotations
 
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
-import tomllib
 import yaml
 
 from tests.deploy.render import KUSTOMIZE_ROOT, ROOT, tool

@@ -26,7 +26,7 @@ from tests.conftest import free_port
 from tests.fakes.churn_node import ChurnNode, Gpu, Pod, Totals, expected, schedule
 from tests.integration.prometheus_peer import ensure_installed
 
-DAY_START = dt.datetime(2026, 11, 30, tzinfo=dt.timezone.utc).timestamp()
+DAY_START = dt.datetime(2026, 11, 30, tzinfo=dt.UTC).timestamp()
 HOURS = 24.0
 CYCLE = 5.0
 SCRAPE = 60.0

@@ -24,11 +24,11 @@ from podgpu.bridge.scrape import ScrapeError, Target, parse_url
 from podgpu.bridge.series import Dropped, Group, TargetLabels, to_series
 from podgpu.emfbuild import build_emf_sink
 from podgpu.sinks.cloudwatch import EmfSink
-from podgpu.sinks.prometheus.source import Family, Labels, MetricSource, Sample, render_sources
+from podgpu.sinks.prometheus.source import Family, Labels, Sample, render_sources
 
 if TYPE_CHECKING:
-    from aiohttp import web
-
+    from podgpu.http.app import App
+    from podgpu.http.publish import Rendered
     from podgpu.http.websecurity import WebSecurity
 
 log = logging.getLogger("podgpu.emf")
@@ -81,12 +81,15 @@ class Bridge:
                          target.url, ", ".join(sorted(new)[:20]))
         return out
 
-    def run(self) -> None:
+    def run(self, after_tick: Callable[[], None] | None = None) -> None:
+        """Tick until stopped; `after_tick` runs after each (the listener's publish)."""
         interval = self.settings.scrape_interval
         while not self._stop.is_set():
             now = time.time()
             at = math.floor(now / interval) * interval
             self.sink.offer_series(at, self.tick(at))
+            if after_tick is not None:
+                after_tick()
             next_at = at + interval
             self._stop.wait(max(0.0, next_at - time.time()))
 
@@ -146,13 +149,14 @@ def build_sink(settings: BridgeSettings) -> tuple[EmfSink, str]:
                           route_labels={"job": settings.job, **dict(settings.target_labels)})
 
 
-def make_app(bridge: Bridge, sources: Sequence[MetricSource]) -> web.Application:
-    """/metrics (the bridge's, the sink's and the listener's counters) and /health, served
-    through podgpu.http like `serve` (web config, connection guard, request deadline)."""
-    from podgpu.http.textapp import make_text_app
+def make_app(bridge: Bridge, metrics: Callable[[], Rendered | None]) -> App:
+    """/metrics (the bridge's, the sink's and the listener's counters, rendered per tick) and
+    /health, through the listener `serve` uses (web config, connection guard, request deadline)."""
+    from podgpu.http.app import Response
+    from podgpu.http.server import make_app as listener_app
 
-    return make_text_app(lambda: render_sources(sources).encode(), bridge.health,
-                         index=b"podgpu emf: /metrics, /health\n")
+    return listener_app(metrics, lambda _strict: bridge.health(),
+                        index=lambda: Response.text(200, "podgpu emf: /metrics, /health\n"))
 
 
 def run(settings: BridgeSettings, *, ready: Callable[[Bridge], None] | None = None) -> int:
@@ -182,40 +186,37 @@ def run(settings: BridgeSettings, *, ready: Callable[[Bridge], None] | None = No
 
 def _run_serving(bridge: Bridge, settings: BridgeSettings, security: WebSecurity | None,
                  ready: Callable[[Bridge], None] | None) -> int:
-    from podgpu.http.guard import Limits
     from podgpu.http.lifecycle import Stopper
-    from podgpu.http.server import serve_until_stopped
+    from podgpu.http.publish import Rendered
+    from podgpu.http.server import run_listener
     from podgpu.http.stats import HttpStats
-    from podgpu.reload import install_sighup
 
     stopper = Stopper()
     died: list[BaseException] = []
+    stats = HttpStats(security.access if security is not None else None)
+    sources = (bridge, bridge.sink, stats)
+    current: list[Rendered] = [Rendered.of(render_sources(sources).encode())]
+
+    def publish() -> None:
+        """After each tick, on the tick thread: /metrics is served from these bytes."""
+        current[0] = Rendered.of(render_sources(sources).encode())
 
     def ticks() -> None:
         try:
-            bridge.run()
+            bridge.run(after_tick=publish)
         except BaseException as exc:  # the process must not serve a dead bridge's health
             log.error("the tick loop stopped: %s: %s", type(exc).__name__, exc)
             died.append(exc)
             stopper.stop("the tick loop stopped")
 
-    stats = HttpStats(security.access if security is not None else None)
-    app = make_app(bridge, (bridge, bridge.sink, stats))
-    if security is not None:
-        security.install(app)
-    install_sighup(app, on_loop=[security.request_reload] if security is not None else [])
+    app = make_app(bridge, lambda: current[0])
     thread = threading.Thread(target=ticks, name="podgpu-emf-ticks", daemon=True)
     thread.start()
     if ready is not None:
         ready(bridge)
     try:
-        assert settings.http.port is not None
-        stopper.run(serve_until_stopped(
-            app, settings.http.host, settings.http.port,
-            limits=Limits(max_connections=settings.http.max_connections,
-                          request_timeout=settings.http.request_timeout),
-            ssl_context=security.ssl_context if security is not None else None,
-            ready=lambda _addresses, guard: setattr(stats, "guard", guard)))
+        run_listener(app, settings.http, security=security, stopper=stopper,
+                     ready=lambda _addresses, guard: setattr(stats, "guard", guard))
     finally:
         bridge.stop()
         thread.join(settings.scrape_timeout + 5.0)

@@ -1,5 +1,6 @@
 """Who may read: basic auth with bcrypt hashes, client-certificate SANs, a rate limit, and the
-web config's response headers, as one aiohttp middleware that covers every route.
+web config's response headers, as the one middleware of the app (http.app), which covers every
+route.
 
 The middleware wraps the whole application, so a route added later (an API, a live page) is
 protected without touching this file; only `/health` (and the readiness probe's `/health/ready`) is
@@ -18,12 +19,11 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
-
+from podgpu.http.app import App, Handler, Request, Response
 from podgpu.http.authcheck import (
     FAILURE_INTERVAL,
     MAX_PENDING_CHECKS,
@@ -39,8 +39,7 @@ __all__ = ["EXEMPT_PATHS", "MAX_PENDING_CHECKS", "AccessControl", "BasicAuthChec
 log = logging.getLogger(__name__)
 
 EXEMPT_PATHS = frozenset({"/health", "/health/ready"})  # ready: issue 22 (http/ready.py)
-_UNAUTHORIZED = {"WWW-Authenticate": 'Basic realm="podgpu", charset="UTF-8"'}
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_UNAUTHORIZED = ("WWW-Authenticate", 'Basic realm="podgpu", charset="UTF-8"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +65,7 @@ class AccessControl:
         self.unauthorized = 0
         self.rate_limited = 0
         self._log = RateLimitedLog(log)
+        self._app: App | None = None
 
     def counters(self) -> dict[str, int]:
         """Every count this layer keeps, for the self-metrics and /health."""
@@ -75,28 +75,21 @@ class AccessControl:
                 "unauthorized": self.unauthorized, "forbidden": self.forbidden,
                 "rate_limited": self.rate_limited}
 
-    def install(self, app: web.Application) -> None:
-        app.middlewares.insert(0, self.middleware)
-        app.on_response_prepare.append(self._headers)
+    def install(self, app: App) -> None:
+        app.middleware = self.middleware
+        app.response_headers.append(lambda: self.policy.headers)
+        self._app = app
 
-    async def _headers(self, _request: web.Request, response: web.StreamResponse) -> None:
-        for name, value in self.policy.headers:
-            response.headers[name] = value
-
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def middleware(self, request: Request, handler: Handler) -> Response:
         policy = self.policy
-        if policy.allowed_sans and not san_allowed(
-                request.transport.get_extra_info("peercert") if request.transport else None,
-                policy.allowed_sans):
+        if policy.allowed_sans and not san_allowed(request.peercert, policy.allowed_sans):
             self.forbidden += 1
-            return web.Response(status=403, text="client certificate not allowed\n",
-                                headers={"Connection": "close"})
-        if _exempt(request):
-            return await handler(request)
-        client = request.remote or ""
+            return Response.text(403, "client certificate not allowed\n", ("Connection", "close"))
+        if self._exempt(request):
+            return handler(request)
+        client = request.remote
         if policy.users:
-            creds = parse_basic(request.headers.get("Authorization", ""))
+            creds = parse_basic(request.headers.get("authorization", ""))
             ok = None if creds is None else await self.checker.check(policy.users, *creds,
                                                                      client=client)
             if creds is None or ok is False:
@@ -106,15 +99,21 @@ class AccessControl:
                               "basic auth failed for a request from %s (%d failed in total, "
                               "%d refused for failing too often)", short(client, 64),
                               self.checker.failures, self.checker.throttled)
-                return web.Response(status=401, text="unauthorized\n", headers=_UNAUTHORIZED)
+                return Response.text(401, "unauthorized\n", _UNAUTHORIZED)
             if ok is None:
-                return web.Response(status=429, text="too many authentication attempts\n",
-                                    headers={"Retry-After": f"{FAILURE_INTERVAL:g}"})
+                return Response.text(429, "too many authentication attempts\n",
+                                     ("Retry-After", f"{FAILURE_INTERVAL:g}"))
         if policy.rate is not None and not policy.rate.allow(client):
             self.rate_limited += 1
-            return web.Response(status=429, text="too many requests\n",
-                                headers={"Retry-After": f"{max(1, round(policy.rate.interval))}"})
-        return await handler(request)
+            return Response.text(429, "too many requests\n",
+                                 ("Retry-After", f"{max(1, round(policy.rate.interval))}"))
+        return handler(request)
+
+    def _exempt(self, request: Request) -> bool:
+        """By the matched route of the percent-decoded path, so `/%68ealth` is /health but
+        `/health/x` buys nothing."""
+        route = self._app.route(request.path) if self._app is not None else None
+        return route in EXEMPT_PATHS and request.method in ("GET", "HEAD")
 
 
 def san_allowed(peercert: Any, allowed: tuple[str, ...]) -> bool:
@@ -138,10 +137,3 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return ipaddress.ip_address(text.strip())
     except ValueError:
         return None
-
-
-def _exempt(request: web.Request) -> bool:
-    """By the matched route, not the raw path, so `/%68ealth` or `/health/x` buy nothing."""
-    resource = request.match_info.route.resource
-    return (resource is not None and resource.canonical in EXEMPT_PATHS
-            and request.method in ("GET", "HEAD"))

@@ -14,9 +14,12 @@ must never run it on the event loop:
   longer than 72 bytes runs it too before it is refused (bcrypt ignores, or since bcrypt 5
   refuses, the bytes past 72, so such a password never matches). Measured before: a known user
   with a 73-byte password answered in 1.1 ms and an unknown one in 70.6 ms;
-- failures are throttled per client address (`failure_bucket`): a client out of tokens gets 429
-  before any bcrypt runs. A client whose credentials are in the success cache is answered before
-  the throttle is consulted, so it is never throttled.
+- failures are throttled per client address (`failure_bucket`): every check not answered by the
+  success cache takes a token first (given back when the password was right), so a client out of
+  tokens gets 429 before any bcrypt runs, and checks in flight count: measured before, 32
+  parallel guesses from one address got 340 bcrypt runs in 30 s where the bucket allows 40. A
+  client whose credentials are in the success cache is answered before the throttle is
+  consulted, so it is never throttled.
 """
 
 from __future__ import annotations
@@ -82,6 +85,12 @@ class RateLimiter:
         """Whether `client` has a token, without taking it."""
         return self._tokens(client) >= 1.0
 
+    def refund(self, client: str = "") -> None:
+        """Give back a token taken by `allow` (the attempt it paid for did not count)."""
+        if client in self._buckets:
+            tokens, at = self._buckets[client]
+            self._buckets[client] = (min(float(self.burst), tokens + 1.0), at)
+
 
 def parse_basic(header: str) -> tuple[bytes, bytes] | None:
     """(user, password) from an `Authorization: Basic ...` value, or None when malformed."""
@@ -141,34 +150,45 @@ class BasicAuthChecker:
         if key in self._ok:
             self._ok.move_to_end(key)
             return True
-        if not self.failure_bucket.has_token(client):
+        pending = self._inflight.get(key)
+        if pending is not None:  # the same check is running: share its result, pay nothing
+            ok = await asyncio.shield(pending)
+            if not ok:
+                self.failures += 1
+            return ok
+        # The client's token is taken before the check is queued and given back when it
+        # succeeds: checks in flight count against the bucket, so parallel guesses from one
+        # address get no more bcrypt runs than sequential ones.
+        if not self.failure_bucket.allow(client):
             self.throttled += 1
             return None
         if key in self._bad:
             self._bad.move_to_end(key)
-            return self._failed(client)
-        pending = self._inflight.get(key)
-        if pending is None:
-            if len(self._inflight) >= MAX_PENDING_CHECKS:
-                self.busy += 1
-                return None
-            loop = asyncio.get_running_loop()
-            pending = loop.run_in_executor(self._pool, self._verify, hashed, cost, password)
-            self._inflight[key] = pending
-            try:
-                ok = await pending
-            finally:
-                self._inflight.pop(key, None)
-            _remember(self._ok if ok else self._bad, key,
-                      SUCCESS_CACHE_SIZE if ok else FAILURE_CACHE_SIZE)
-        else:
-            ok = await asyncio.shield(pending)
-        return True if ok else self._failed(client)
-
-    def _failed(self, client: str) -> bool:
+            self.failures += 1
+            return False
+        if len(self._inflight) >= MAX_PENDING_CHECKS:
+            self.failure_bucket.refund(client)
+            self.busy += 1
+            return None
+        loop = asyncio.get_running_loop()
+        pending = loop.run_in_executor(self._pool, self._verify, hashed, cost, password)
+        self._inflight[key] = pending
+        try:
+            ok = await pending
+        finally:
+            self._inflight.pop(key, None)
+        _remember(self._ok if ok else self._bad, key,
+                  SUCCESS_CACHE_SIZE if ok else FAILURE_CACHE_SIZE)
+        if ok:
+            self.failure_bucket.refund(client)
+            return True
         self.failures += 1
-        self.failure_bucket.allow(client)
         return False
+
+    @property
+    def in_flight(self) -> int:
+        """Checks queued or running now."""
+        return len(self._inflight)
 
     def _verify(self, hashed: bytes | None, cost: int, password: bytes) -> bool:
         """One bcrypt of `cost` whatever the user and the password length (no timing oracle)."""

@@ -10,8 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from types import MappingProxyType
 
-from aiohttp import web
-
+from podgpu.http.app import App, Request, Response
 from podgpu.http.publish import Published, Publisher
 from podgpu.sinks.live import JSON_CONTENT_TYPE, PAGE_KEY, SNAPSHOT_KEY
 
@@ -27,7 +26,6 @@ STATIC_TYPES = MappingProxyType({
 # nothing inline runs, whatever a pod name contains.
 PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
             "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-_NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 
 
 def load_static() -> dict[str, bytes]:
@@ -35,35 +33,33 @@ def load_static() -> dict[str, bytes]:
     return {name: root.joinpath(name).read_bytes() for name in STATIC_TYPES}
 
 
-def page_response(pub: Published | None) -> web.Response | None:
+def page_response(pub: Published | None) -> Response | None:
     """The live page of the last cycle, or None when no live view is published (the caller
     then serves the plain landing page)."""
     page = pub.extra.get(PAGE_KEY) if pub is not None else None
     if page is None:
         return None
-    return web.Response(body=page, content_type="text/html", charset="utf-8",
-                        headers={**_NOSNIFF, "Content-Security-Policy": PAGE_CSP,
-                                 "Cache-Control": "no-store"})
+    return Response.of(200, page, "text/html; charset=utf-8",
+                       ("Content-Security-Policy", PAGE_CSP), ("Cache-Control", "no-store"))
 
 
-def add_live_routes(app: web.Application, publisher: Publisher) -> None:
+def add_live_routes(app: App, publisher: Publisher) -> None:
     static = load_static()
 
-    async def snapshot(_request: web.Request) -> web.Response:
+    def snapshot(_request: Request) -> Response:
         pub = publisher.current
         body = pub.extra.get(SNAPSHOT_KEY) if pub is not None else None
         if body is None:
-            return web.json_response({"error": "no collection has completed yet"}, status=503,
-                                     headers=_NOSNIFF)
-        return web.Response(body=body, content_type=JSON_CONTENT_TYPE, charset="utf-8",
-                            headers={**_NOSNIFF, "Cache-Control": "no-store"})
+            return Response.of(503, b'{"error": "no collection has completed yet"}',
+                               "application/json; charset=utf-8")
+        return Response.of(200, body, JSON_CONTENT_TYPE + "; charset=utf-8",
+                           ("Cache-Control", "no-store"))
 
-    async def static_file(request: web.Request) -> web.Response:
-        name = request.match_info["name"]
+    def static_file(request: Request) -> Response:
+        name = request.path[len("/static/"):]
         if name not in static:
-            raise web.HTTPNotFound()
-        return web.Response(body=static[name], content_type=STATIC_TYPES[name],
-                            headers={**_NOSNIFF, "Cache-Control": "max-age=300"})
+            return Response.text(404, "404 Not Found\n")
+        return Response.of(200, static[name], STATIC_TYPES[name], ("Cache-Control", "max-age=300"))
 
-    app.router.add_get("/api/v1/snapshot", snapshot)
-    app.router.add_get("/static/{name}", static_file)
+    app.add_get("/api/v1/snapshot", snapshot)
+    app.add_get("/static/*", static_file)

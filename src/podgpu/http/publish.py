@@ -17,6 +17,18 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class Rendered:
+    """A /metrics body and its gzip, rendered once (the bridge's per tick)."""
+
+    body: bytes
+    body_gzip: bytes
+
+    @classmethod
+    def of(cls, body: bytes) -> Rendered:
+        return cls(body, gzip.compress(body, compresslevel=1, mtime=0))
+
+
+@dataclass(frozen=True, slots=True)
 class Published:
     snapshot: Snapshot
     body: bytes

@@ -11,14 +11,9 @@ exporting its XID and health series.
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Sized
 from typing import Any
 
-from aiohttp import web
-
-from podgpu.http.health import health
 from podgpu.http.publish import Publisher
 
 READY_PATH = "/health/ready"
@@ -56,18 +51,3 @@ def readiness(status: int, body: dict[str, Any], waiting: str | None) -> tuple[i
     if waiting is None:
         return status, body
     return 503, {**body, "status": "waiting", "reasons": [*body.get("reasons", ()), waiting]}
-
-
-def add_ready_route(app: web.Application, publisher: Publisher, *, interval: float,
-                    backend: str, waiting: Callable[[], str | None]) -> None:
-    """Register READY_PATH on `app` (before it starts); `waiting` is DriverWait.waiting or a
-    function returning None."""
-
-    async def ready(_request: web.Request) -> web.Response:
-        status, body = readiness(*health(publisher.current, time.time(), interval, backend),
-                                 waiting())
-        return web.Response(status=status, text=json.dumps(body) + "\n",
-                            content_type="application/json",
-                            headers={"X-Content-Type-Options": "nosniff"})
-
-    app.router.add_get(READY_PATH, ready)

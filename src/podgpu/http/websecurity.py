@@ -23,11 +23,10 @@ import hashlib
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
-
+from podgpu.http.app import App
 from podgpu.http.auth import AccessControl, BasicAuthChecker, Policy, RateLimiter
 from podgpu.http.tls import TlsReloader
 from podgpu.http.webconfig import WebConfig, WebConfigError, load_web_config, read_regular
@@ -59,6 +58,7 @@ class WebSecurity:
         self._digest = _digest(self._watched)
         self._kick = asyncio.Event()
         self._force = False
+        self._task: asyncio.Task[None] | None = None
         for w in cfg.warnings:
             log.warning("%s", w)
         if cfg.tls is None and not cfg.users:
@@ -71,10 +71,11 @@ class WebSecurity:
         """The context to listen with (None: plain HTTP); it stays the same across reloads."""
         return self.tls.front if self.tls else None
 
-    def install(self, app: web.Application) -> None:
+    def install(self, app: App) -> None:
         """Guard every route of `app` and follow the file while the app runs."""
         self.access.install(app)
-        app.cleanup_ctx.append(self._watching)
+        app.on_startup.append(self._start_watching)
+        app.on_cleanup.append(self._stop_watching)
 
     def request_reload(self) -> None:
         """Reload now even if nothing seems changed (SIGHUP). Call on the event loop thread."""
@@ -148,12 +149,15 @@ class WebSecurity:
             body["error"] = self.last_error_public
         return body
 
-    async def _watching(self, _app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(self._watch(), name="podgpu-web-config")
-        yield
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async def _start_watching(self, _app: App) -> None:
+        self._task = asyncio.create_task(self._watch(), name="podgpu-web-config")
+
+    async def _stop_watching(self, _app: App) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         self.access.checker.close()
 
     async def _watch(self) -> None:

@@ -4,8 +4,6 @@ tests cover the ones a real server produces; these cover the rest with literal e
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
@@ -19,7 +17,7 @@ SOCK = "/var/lib/kubelet/pod-resources/kubelet.sock"
     (GRPCError(Status.RESOURCE_EXHAUSTED, "rate limited\nsecond line"),
      "List failed: RESOURCE_EXHAUSTED: rate limited"),
     (GRPCError(Status.UNIMPLEMENTED, None), "List failed: UNIMPLEMENTED: "),
-    (asyncio.TimeoutError("Deadline exceeded"), "List failed: DEADLINE_EXCEEDED: Deadline exceeded"),
+    (TimeoutError("Deadline exceeded"), "List failed: DEADLINE_EXCEEDED: Deadline exceeded"),
     (FileNotFoundError(2, "No such file or directory"),
      f"kubelet socket {SOCK}: no such file (is the kubelet running, is the path mounted?)"),
     (ConnectionRefusedError(111, "Connection refused"), f"kubelet socket {SOCK}: connection refused"),

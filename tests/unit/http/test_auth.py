@@ -1,5 +1,5 @@
 """Basic auth with real bcrypt hashes, the safe cache, the rate limit and SAN matching, through a
-real aiohttp server on loopback (aiohttp's own test server; no mocks)."""
+real podgpu listener on loopback (no mocks)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import bcrypt
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
+from podgpu.http.app import App, Request, Response
 from podgpu.http.auth import (
+    MAX_PENDING_CHECKS,
     AccessControl,
     BasicAuthChecker,
     Policy,
@@ -22,7 +22,9 @@ from podgpu.http.auth import (
     parse_basic,
     san_allowed,
 )
+from podgpu.http.authcheck import FAILURE_BURST, FAILURE_INTERVAL
 from tests.conftest import FakeClock
+from tests.unit.http.loopback import Client, serving
 
 
 def _hash(pw: bytes, cost: int = 4, prefix: str = "$2b$") -> str:
@@ -48,29 +50,29 @@ def basic(user: str, password: str) -> dict[str, str]:
     return {"Authorization": f"Basic {token}"}
 
 
-def run(policy: Policy, scenario: Callable[[TestClient, AccessControl], Awaitable[None]],
+def run(policy: Policy, scenario: Callable[[Client, AccessControl], Awaitable[None]],
         checker: BasicAuthChecker | None = None) -> None:
     async def main() -> None:
-        app = web.Application()
+        app = App()
 
-        async def ok(_r: web.Request) -> web.Response:
-            return web.Response(text="secret metrics\n")
+        def ok(_r: Request) -> Response:
+            return Response.text(200, "secret metrics\n")
 
-        app.router.add_get("/metrics", ok)
-        app.router.add_get("/health", ok)
-        app.router.add_get("/", ok)
-        app.router.add_get("/api/v1/snapshot", ok)  # "any later endpoint"
+        app.add_get("/metrics", ok)
+        app.add_get("/health", ok)
+        app.add_get("/", ok)
+        app.add_get("/api/v1/snapshot", ok)  # "any later endpoint"
         access = AccessControl(policy, checker)
         access.install(app)
-        async with TestClient(TestServer(app)) as client:
-            await scenario(client, access)
+        async with serving(app) as (port, _guard):
+            await scenario(Client(port), access)
         access.checker.close()
 
     asyncio.run(main())
 
 
 def test_basic_auth_right_wrong_missing_on_every_route() -> None:
-    async def scenario(c: TestClient, _a: AccessControl) -> None:
+    async def scenario(c: Client, _a: AccessControl) -> None:
         for path in ("/metrics", "/", "/api/v1/snapshot", "/nope", "/%68ealth/x"):
             r = await c.get(path)
             assert r.status == 401, path
@@ -96,7 +98,7 @@ def test_basic_auth_right_wrong_missing_on_every_route() -> None:
 def test_cache_pays_bcrypt_once_per_triple_and_unknown_users_pay_too() -> None:
     counting = Counting()
 
-    async def scenario(c: TestClient, access: AccessControl) -> None:
+    async def scenario(c: Client, access: AccessControl) -> None:
         for _ in range(5):
             assert (await c.get("/metrics", headers=basic("alice", "right"))).status == 200
         assert counting.calls == 1
@@ -138,11 +140,60 @@ def test_password_longer_than_72_bytes_is_refused_not_an_error() -> None:
     long = "x" * 80
     users = {"alice": _hash(long[:72].encode())}  # bcrypt would match on the first 72 bytes
 
-    async def scenario(c: TestClient, _a: AccessControl) -> None:
+    async def scenario(c: Client, _a: AccessControl) -> None:
         assert (await c.get("/metrics", headers=basic("alice", long))).status == 401
         assert (await c.get("/metrics", headers=basic("alice", long[:72]))).status == 200
 
     run(Policy(users=users), scenario)
+
+
+def test_parallel_guesses_from_one_address_are_throttled_before_they_queue() -> None:
+    # Measured before: the token was checked, not taken, before the check was queued, so 32
+    # parallel guesses from one address got 340 bcrypt runs in 30 s where 40 are allowed.
+    gate = threading.Event()
+    counting = Counting()
+
+    def held(password: bytes, hashed: bytes) -> bool:
+        gate.wait(10)  # the worker is busy: checks pile up behind it
+        return counting(password, hashed)
+
+    async def scenario(c: Client, access: AccessControl) -> None:
+        tasks = [asyncio.create_task(c.get("/metrics", headers=basic("alice", f"guess{i}")))
+                 for i in range(40)]
+        for _ in range(500):
+            if sum(t.done() for t in tasks) >= 40 - FAILURE_BURST:
+                break
+            await asyncio.sleep(0.01)
+        done = [t.result().status for t in tasks if t.done()]
+        assert done == [429] * (40 - FAILURE_BURST)  # refused at once, nothing queued for them
+        assert access.checker.in_flight == FAILURE_BURST
+        gate.set()
+        rest = [r.status for r in await asyncio.gather(*(t for t in tasks if not t.done()))]
+        assert rest == [401] * FAILURE_BURST
+        assert counting.calls == FAILURE_BURST
+        assert access.checker.throttled == 40 - FAILURE_BURST
+
+    run(Policy(users={"alice": _hash(b"right")}), scenario, BasicAuthChecker(checkpw=held))
+
+
+def test_checks_per_address_stay_within_the_rate_under_concurrency(clock: FakeClock) -> None:
+    counting = Counting()
+    users = {"alice": _hash(b"right")}
+
+    async def main() -> None:
+        checker = BasicAuthChecker(checkpw=counting, clock=clock)
+        for second in range(30):  # 32 parallel guesses a second for 30 s
+            await asyncio.gather(*(checker.check(users, b"alice", b"g%d-%d" % (second, i),
+                                                 client="10.0.0.9") for i in range(32)))
+            clock.advance(FAILURE_INTERVAL)
+        # the right password still works from another address, and from this one once earned
+        assert await checker.check(users, b"alice", b"right", client="10.0.0.8")
+        checker.close()
+
+    asyncio.run(main())
+    allowed = FAILURE_BURST + 30 / FAILURE_INTERVAL
+    assert counting.calls <= allowed + 1  # +1: the right password from the other address
+    assert counting.calls >= 30
 
 
 def test_too_many_pending_checks_get_429() -> None:
@@ -152,28 +203,32 @@ def test_too_many_pending_checks_get_429() -> None:
         gate.wait(10)  # the worker is busy: checks pile up behind it
         return bool(bcrypt.checkpw(password, hashed))
 
-    async def scenario(c: TestClient, _a: AccessControl) -> None:
-        # 40 different wrong passwords at once: 32 queue, the other 8 are told to retry at once
-        tasks = [asyncio.create_task(c.get("/metrics", headers=basic("alice", f"guess{i}")))
-                 for i in range(40)]
+    users = {"alice": _hash(b"right")}
+
+    async def main() -> None:
+        checker = BasicAuthChecker(checkpw=held)
+        # 40 guesses from 40 addresses at once: 32 queue, the other 8 are told to retry
+        tasks = [asyncio.create_task(checker.check(users, b"alice", b"guess%d" % i,
+                                                   client=f"10.0.0.{i}")) for i in range(40)]
         for _ in range(500):
             if sum(t.done() for t in tasks) >= 8:
                 break
             await asyncio.sleep(0.01)
-        done = [t.result().status for t in tasks if t.done()]
-        assert done == [429] * 8
+        assert [t.result() for t in tasks if t.done()] == [None] * 8
+        assert checker.busy == 8 and checker.in_flight == MAX_PENDING_CHECKS
         gate.set()
-        rest = [r.status for r in await asyncio.gather(*(t for t in tasks if not t.done()))]
-        assert rest == [401] * 32
+        assert await asyncio.gather(*(t for t in tasks if not t.done())) == [False] * 32
+        # refused for being busy costs the address nothing: its token was given back
+        assert checker.failure_bucket.has_token("10.0.0.39")
+        checker.close()
 
-    users = {"alice": _hash(b"right")}
-    run(Policy(users=users), scenario, BasicAuthChecker(checkpw=held))
+    asyncio.run(main())
 
 
 def test_headers_from_the_config_on_every_response() -> None:
     headers = (("X-Frame-Options", "deny"), ("Strict-Transport-Security", "max-age=60"))
 
-    async def scenario(c: TestClient, _a: AccessControl) -> None:
+    async def scenario(c: Client, _a: AccessControl) -> None:
         for path, want in (("/metrics", 401), ("/health", 200), ("/nope", 401)):
             r = await c.get(path)
             assert r.status == want
@@ -193,7 +248,7 @@ def test_rate_limit_token_bucket(clock: FakeClock) -> None:
 
 
 def test_rate_limit_answers_429_but_not_on_health() -> None:
-    async def scenario(c: TestClient, _a: AccessControl) -> None:
+    async def scenario(c: Client, _a: AccessControl) -> None:
         codes = [(await c.get("/metrics")).status for _ in range(4)]
         assert codes == [200, 200, 429, 429]
         assert (await c.get("/health")).status == 200

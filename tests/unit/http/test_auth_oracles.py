@@ -1,4 +1,4 @@
-"""Basic auth without oracles (issue 19 item 3), with real bcrypt through a real aiohttp server on
+"""Basic auth without oracles (issue 19 item 3), with real bcrypt through podgpu's listener on
 loopback: one bcrypt of the stored cost for every user and password length, a success cache that
 failures cannot evict, per-client throttling of failures that never throttles a client whose
 credentials were verified, `rate_limit` per client after auth, failures counted and logged at
@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable
 
 import bcrypt
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 
+from podgpu.http.app import App, Response
 from podgpu.http.auth import AccessControl, Policy, RateLimiter
 from podgpu.http.authcheck import FAILURE_BURST, SUCCESS_CACHE_SIZE, BasicAuthChecker
+from tests.unit.http.loopback import Client, serving
 
 
 def _hash(pw: bytes, cost: int = 4) -> str:
@@ -43,19 +43,15 @@ def basic(user: str | bytes, password: str | bytes) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(u + b":" + p).decode()}
 
 
-def run(policy: Policy, scenario: Callable[[TestClient, AccessControl], Awaitable[None]],
+def run(policy: Policy, scenario: Callable[[Client, AccessControl], Awaitable[None]],
         checker: BasicAuthChecker | None = None) -> None:
     async def main() -> None:
-        app = web.Application()
-
-        async def ok(_r: web.Request) -> web.Response:
-            return web.Response(text="metrics\n")
-
-        app.router.add_get("/metrics", ok)
+        app = App()
+        app.add_get("/metrics", lambda _r: Response.text(200, "metrics\n"))
         access = AccessControl(policy, checker)
         access.install(app)
-        async with TestClient(TestServer(app)) as client:
-            await scenario(client, access)
+        async with serving(app) as (port, _guard):
+            await scenario(Client(port), access)
         access.checker.close()
 
     asyncio.run(main())
@@ -159,7 +155,7 @@ def test_a_flood_of_wrong_passwords_cannot_evict_the_scrapers_cache_entry() -> N
 def test_rate_limit_is_per_client_and_charged_after_auth() -> None:
     users = {"prometheus": _hash(b"scrape")}
 
-    async def scenario(c: TestClient, access: AccessControl) -> None:
+    async def scenario(c: Client, access: AccessControl) -> None:
         # anonymous requests are refused by auth and spend nothing
         for _ in range(20):
             assert (await c.get("/metrics")).status == 401
@@ -185,7 +181,7 @@ def test_failed_attempts_are_counted_and_logged_at_most_once_a_minute(
         caplog: pytest.LogCaptureFixture) -> None:
     users = {"alice": _hash(b"right")}
 
-    async def scenario(c: TestClient, access: AccessControl) -> None:
+    async def scenario(c: Client, access: AccessControl) -> None:
         for i in range(6):
             assert (await c.get("/metrics", headers=basic("alice", f"w{i}"))).status == 401
         assert (await c.get("/metrics", headers=basic("bob\u202e", "pw"))).status == 401

@@ -1,5 +1,6 @@
-"""TLS contexts from the web config and rotation without a restart, against a real aiohttp TLS
-listener on loopback and Python's ssl client (certificates generated per test)."""
+"""TLS contexts from the web config and rotation without a restart, against podgpu's TLS listener
+(ssl.MemoryBIO under http.conn) on loopback and Python's ssl client (certificates generated per
+test)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
+from podgpu.http.app import App, Request, Response
 from podgpu.http.tls import TlsReloader, build_context
 from podgpu.http.webconfig import TlsServerConfig, WebConfigError
 from tests.tlsutil import Pki, serial_of
+from tests.unit.http.loopback import serving
 
 
 @pytest.fixture
@@ -32,23 +34,15 @@ def cfg(pki: Pki, **kw: Any) -> TlsServerConfig:
 
 @contextlib.asynccontextmanager
 async def listener(context: ssl.SSLContext) -> AsyncIterator[int]:
-    app = web.Application()
+    app = App()
 
-    async def hello(request: web.Request) -> web.Response:
-        peer = request.transport.get_extra_info("peercert") if request.transport else None
-        return web.Response(text=f"peer={dict(x[0] for x in peer['subject'])['commonName'] if peer else '-'}")
+    def hello(request: Request) -> Response:
+        peer = request.peercert
+        return Response.text(200, f"peer={dict(x[0] for x in peer['subject'])['commonName'] if peer else '-'}")
 
-    app.router.add_get("/", hello)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    assert runner.server is not None
-    server = await asyncio.get_running_loop().create_server(runner.server, "127.0.0.1", 0,
-                                                            ssl=context)
-    try:
-        yield server.sockets[0].getsockname()[1]
-    finally:
-        server.close()
-        await runner.cleanup()
+    app.add_get("/", hello)
+    async with serving(app, ssl_context=context) as (port, _guard):
+        yield port
 
 
 def fetch(port: int, ca: Path, *, client: tuple[Path, Path] | None = None,

@@ -69,7 +69,7 @@ def _pod_row(pod: PodView) -> str:
 
 
 def status_line(view: SnapshotView) -> str:
-    taken = dt.datetime.fromtimestamp(view["taken_at"], dt.timezone.utc).strftime(
+    taken = dt.datetime.fromtimestamp(view["taken_at"], dt.UTC).strftime(
         "%Y-%m-%d %H:%M:%S UTC")
     h = view["health"]
     text = f"{view['backend']} · cycle {view['cycle']} · {taken} · {h['status']}"

@@ -1,0 +1,51 @@
+"""SIGHUP: reload instead of dying, for as long as an app serves (podgpu.reload holds what is
+reloaded: the metric list; http.websecurity the web config)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import signal
+import threading
+from collections.abc import Callable, Sequence
+
+from podgpu.http.app import App
+
+log = logging.getLogger("podgpu.reload")
+
+
+def install_sighup(app: App, *, blocking: Sequence[Callable[[], object]] = (),
+                   on_loop: Sequence[Callable[[], object]] = ()) -> None:
+    """On every SIGHUP once `app` serves: `on_loop` callables run on the event loop (they only
+    set flags, e.g. the web config's reload request), `blocking` ones (a list file, the
+    ConfigMap through the API) on one worker thread, in order, so a slow read never stalls a
+    scrape. Only a process's main thread can own signals; elsewhere (an agent
+    started by a test) nothing is installed."""
+    worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="podgpu-hup")
+
+    def guarded(reload: Callable[[], object]) -> None:
+        try:
+            reload()
+        except Exception:  # a reload bug must not take the server down
+            log.exception("SIGHUP reload failed")
+
+    def on_hup() -> None:
+        log.info("SIGHUP received: reloading")
+        for reload in on_loop:
+            guarded(reload)
+        for reload in blocking:
+            worker.submit(guarded, reload)
+
+    async def register(_app: App) -> None:
+        if threading.current_thread() is threading.main_thread():
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
+
+    async def unregister(_app: App) -> None:
+        if threading.current_thread() is threading.main_thread():
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # shutting down: never killed by it
+        worker.shutdown(wait=False, cancel_futures=True)
+
+    app.on_startup.append(register)
+    app.on_cleanup.append(unregister)

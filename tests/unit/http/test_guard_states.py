@@ -1,0 +1,231 @@
+"""The guard's state machine (http/guard.py) and a connection's bounds (http/conn.py), driven by
+fake connections, a fake transport and a fake clock: no sockets, no event loop, no waiting.
+
+What each test pins down was a real failure mode of a listener: a slowloris head held forever, a
+scraper evicted by idle attackers, pipelined requests that ran past the deadline, a client that
+never reads growing podgpu's memory, a bad request echoed back."""
+
+from __future__ import annotations
+
+import pytest
+
+from podgpu.http.app import App, Response
+from podgpu.http.conn import MIN_STEP, READ_SIZE, Connection, Listener
+from podgpu.http.guard import ConnectionGuard, Limits
+from tests.unit.http.fakes import FakeConn, FakeTransport, Scheduler
+
+LIMITS = Limits(max_connections=3, request_timeout=15.0, keepalive_timeout=75.0)
+
+
+def make_guard(cap: int = 3) -> tuple[ConnectionGuard, Scheduler]:
+    clock = Scheduler()
+    return ConnectionGuard(LIMITS, call_later=clock.call_later, cap=cap), clock
+
+
+def open_(guard: ConnectionGuard, *names: str) -> list[FakeConn]:
+    out = []
+    for name in names:
+        c = FakeConn(name)
+        guard.opened(c)
+        out.append(c)
+    return out
+
+
+# --- deadlines
+
+
+def test_a_connection_without_a_complete_request_is_reset_at_the_deadline() -> None:
+    guard, clock = make_guard()
+    (slow,) = open_(guard, "slow")
+    clock.advance(14.999)
+    assert not slow.aborted and guard.state(slow) == "fresh"
+    clock.advance(0.002)
+    assert slow.aborted and not slow.closed  # a reset, not a polite close
+    assert guard.timed_out == 1 and guard.open_connections == 0
+
+
+def test_a_completed_request_goes_idle_and_is_closed_politely_after_keepalive() -> None:
+    guard, clock = make_guard()
+    (scraper,) = open_(guard, "scraper")
+    clock.advance(1)
+    guard.completed(scraper)
+    assert guard.state(scraper) == "idle"
+    clock.advance(30)  # past the request deadline: idle is not timed out
+    assert not scraper.aborted and guard.timed_out == 0
+    clock.advance(75)
+    assert scraper.closed and not scraper.aborted and guard.open_connections == 0
+    assert guard.timed_out == 0
+
+
+def test_a_new_request_on_an_idle_connection_gets_a_fresh_deadline_from_its_first_byte() -> None:
+    guard, clock = make_guard()
+    (c,) = open_(guard, "c")
+    guard.completed(c)
+    clock.advance(60)
+    guard.started(c)
+    assert guard.state(c) == "busy"
+    clock.advance(14)
+    assert not c.aborted  # 74 s since connect, 14 since the request began
+    clock.advance(2)
+    assert c.aborted and guard.timed_out == 1
+
+
+def test_pipelined_requests_share_the_deadline_of_the_first_unanswered_byte() -> None:
+    guard, clock = make_guard()
+    (c,) = open_(guard, "pipeliner")
+    c.pipelined = True
+    for _ in range(5):  # answers go out, more requests wait: the clock is not reset
+        clock.advance(2.9)
+        guard.completed(c)
+        assert guard.state(c) == "busy"
+    assert not c.aborted
+    clock.advance(0.6)  # 15.1 s after its first byte
+    assert c.aborted and guard.timed_out == 1
+
+
+def test_a_connection_lost_is_forgotten_and_its_timer_cancelled() -> None:
+    guard, clock = make_guard()
+    (c,) = open_(guard, "c")
+    guard.lost(c)
+    assert guard.open_connections == 0 and clock.pending == 0
+    clock.advance(100)
+    assert not c.aborted and guard.timed_out == 0
+    guard.completed(c)  # a late event for a closed connection changes nothing
+    assert guard.state(c) is None
+
+
+# --- the cap
+
+
+def test_at_the_cap_the_oldest_connection_without_a_completed_request_goes_first() -> None:
+    guard, _ = make_guard(cap=3)
+    a, b, c = open_(guard, "a", "b", "c")
+    guard.completed(a)  # a scraper: completed a request, idle now
+    (d,) = open_(guard, "d")
+    assert b.aborted and not a.aborted and not c.aborted and not d.aborted
+    assert guard.evicted == 1 and guard.open_connections == 3
+
+
+def test_then_the_longest_idle_then_the_longest_busy_then_the_newcomer() -> None:
+    guard, clock = make_guard(cap=3)
+    a, b, c = open_(guard, "a", "b", "c")
+    for conn in (a, b, c):
+        clock.advance(1)
+        guard.completed(conn)
+    guard.started(a)  # a is busy again; b is now the longest idle
+    (d,) = open_(guard, "d")  # no fresh one but the newcomer: the longest idle goes
+    assert b.aborted and not a.aborted and not c.aborted and not d.aborted
+    guard.completed(d)
+    guard.started(c)
+    guard.started(d)  # all busy: a's request has waited longest
+    (e,) = open_(guard, "e")
+    assert a.aborted and not c.aborted and not d.aborted and guard.state(e) == "fresh"
+    assert guard.evicted == 2 and guard.refused == 0
+
+
+def test_the_newcomer_is_refused_when_no_one_else_can_go() -> None:
+    guard, _ = make_guard(cap=1)
+    (a,) = open_(guard, "a")
+    guard.completed(a)
+    guard.started(a)  # busy: it may be evicted
+    (b,) = open_(guard, "b")
+    assert a.aborted and not b.aborted
+    guard2, _ = make_guard(cap=0)
+    (x,) = open_(guard2, "x")
+    assert x.aborted and guard2.refused == 1 and guard2.evicted == 0
+
+
+def test_close_all_closes_every_state_politely() -> None:
+    guard, clock = make_guard(cap=10)
+    a, b, c = open_(guard, "a", "b", "c")
+    guard.completed(b)
+    guard.completed(c)
+    guard.started(c)
+    guard.close_all()
+    assert all(x.closed and not x.aborted for x in (a, b, c))
+    assert guard.open_connections == 0 and clock.pending == 0
+
+
+# --- one connection's bounds (http/conn.py) on a fake transport
+
+BODY = bytes(range(256)) * 400  # 100 KiB
+
+
+def connection(room: int = 1 << 30) -> tuple[Connection, FakeTransport, ConnectionGuard,
+                                            Scheduler]:
+    app = App()
+    app.add_get("/metrics", lambda _r: Response.of(200, BODY, "text/plain"))
+    app.add_get("/who", lambda r: Response.text(200, r.remote))
+    guard, clock = make_guard(cap=10)
+    conn = Listener(app, guard)()
+    transport = FakeTransport(conn, room)
+    conn.connection_made(transport)
+    return conn, transport, guard, clock
+
+
+def send(conn: Connection, data: bytes) -> None:
+    """What asyncio does for a BufferedProtocol: fill its buffer, report the count."""
+    for i in range(0, len(data), READ_SIZE):
+        chunk = data[i:i + READ_SIZE]
+        buf = conn.get_buffer(len(chunk))
+        buf[:len(chunk)] = chunk
+        conn.buffer_updated(len(chunk))
+
+
+GET = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n"
+
+
+def test_a_reading_client_gets_its_answer_and_the_connection_goes_idle() -> None:
+    conn, t, guard, _ = connection()
+    send(conn, GET)
+    head, _, body = bytes(t.sent).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK") and b"\r\nServer: podgpu" in head
+    assert body == BODY and guard.state(conn) == "idle" and t.reading
+
+
+def test_a_pipelining_client_that_never_reads_holds_one_step_and_reading_pauses() -> None:
+    conn, t, guard, clock = connection(room=0)  # the kernel takes nothing more
+    send(conn, GET * 60)  # one read's worth of pipelined requests
+    assert not t.reading  # no more requests are read while an answer is pending
+    assert len(t.buffered) <= MIN_STEP + 512  # one step (and the head) held by podgpu
+    assert t.sent == b""
+    assert guard.state(conn) == "fresh"
+    clock.advance(15.1)  # the deadline covers the answer that is not read
+    assert t.aborted and guard.timed_out == 1
+
+
+def test_a_slow_reader_gets_every_pipelined_answer_one_step_at_a_time() -> None:
+    conn, t, guard, clock = connection(room=0)
+    send(conn, GET * 3)
+    for _ in range(3 * len(BODY) // MIN_STEP + 10):  # the peer reads what is queued, no more
+        assert len(t.buffered) <= MIN_STEP + 512
+        t.drain(room=0)
+    answers = t.sent.split(b"HTTP/1.1 200 OK")[1:]
+    assert len(answers) == 3 and all(a.endswith(b"\r\n\r\n" + BODY) for a in answers)
+    assert guard.state(conn) == "idle" and t.reading
+    clock.advance(14)
+    assert not t.aborted
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /metrics HTTP/9.9\r\nHost: x\r\n\r\n",
+    b"GET /" + b"A" * 40_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    b"GET /metrics HTTP/1.1\r\n" + b"X-A: b\r\n" * 65 + b"\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,
+])
+def test_a_bad_request_gets_a_short_400_echoing_nothing_and_the_connection_closes(
+        request_bytes: bytes) -> None:
+    conn, t, _, _ = connection()
+    send(conn, request_bytes)
+    head, _, body = bytes(t.sent).partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
+    assert body == b"400 Bad Request\n"
+    assert b"AAAA" not in t.sent and b"9.9" not in t.sent and b"X-A" not in t.sent
+    assert t.closed or t.aborted
+
+
+def test_a_request_names_its_peer() -> None:
+    conn, t, _, _ = connection()
+    send(conn, b"GET /who HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert t.sent.endswith(b"\r\n\r\n192.0.2.7")
