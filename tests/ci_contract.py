@@ -75,6 +75,43 @@ K8S_KEYS = {
 }
 DIST_KEYS = {"Values", "Counts", "Max", "Min", "Count", "Sum"}
 
+# The GPU capacity metrics ride in the add-on's `Type: Pod` and `Type: Node` events, declared
+# with the pod and node metrics' dimension sets (only those podgpu sends are listed).
+CAPACITY = {
+    "Pod": {"names": {"pod_gpu_request": "Count", "pod_gpu_limit": "Count",
+                      "pod_gpu_usage_total": "Count", "pod_gpu_reserved_capacity": "Percent"},
+            "dims": [["ClusterName", "Namespace", "PodName"], ["ClusterName"],
+                     ["ClusterName", "FullPodName", "Namespace", "PodName"],
+                     ["ClusterName", "Namespace", "Service"]],
+            "required": ["ClusterName", "NodeName", "Namespace", "PodName", "FullPodName",
+                         "Timestamp", "Type", "Version", "CloudWatchMetrics"]},
+    "Node": {"names": {"node_gpu_limit": "Count", "node_gpu_usage_total": "Count",
+                       "node_gpu_reserved_capacity": "Percent"},
+             "dims": [["ClusterName", "InstanceId", "NodeName"], ["ClusterName"]],
+             "required": ["ClusterName", "NodeName", "InstanceId", "Timestamp", "Type",
+                          "Version", "CloudWatchMetrics"]},
+}
+
+
+def check_capacity(ev: dict[str, Any]) -> list[str]:
+    """A `Type: Pod` / `Type: Node` event with GPU capacity metrics."""
+    spec = CAPACITY[ev["Type"]]
+    errs = [f"missing {k}" for k in spec["required"] if k not in ev]
+    if ev.get("Version") != "0" or not str(ev.get("Timestamp", "")).isdigit():
+        errs.append("not EMF v0 (Version '0', Timestamp a string of milliseconds)")
+    cwm = ev.get("CloudWatchMetrics") or [{}]
+    d = cwm[0]
+    want = [s for s in spec["dims"] if "Service" not in s or "Service" in ev]
+    if len(cwm) != 1 or sorted(map(sorted, d.get("Dimensions") or [])) != sorted(
+            map(sorted, want)):
+        errs.append(f"Dimensions {d.get('Dimensions')} != {want}")
+    for m in d.get("Metrics") or []:
+        if spec["names"].get(m.get("Name")) != m.get("Unit"):
+            errs.append(f"metric {m}: not one of {spec['names']}")
+        elif not isinstance(ev.get(m["Name"]), (int, float, dict)):
+            errs.append(f"{m['Name']}: no value")
+    return [f"{ev['Type']} {ev.get('FullPodName', '')}: {e}" for e in errs]
+
 
 def samples(value: Any) -> tuple[float, float, float]:
     """(min, max, mean) of a plain number or a high-frequency distribution."""
@@ -111,8 +148,10 @@ def check_value(name: str, value: Any) -> list[str]:
 def check_event(ev: dict[str, Any]) -> list[str]:
     """Every rule one event must follow; [] when it does."""
     t = ev.get("Type")
+    if t in CAPACITY:
+        return check_capacity(ev)
     if t not in LEVEL_PREFIX:
-        return [f"Type {t!r} is not ContainerGPU, PodGPU or NodeGPU"]
+        return [f"Type {t!r} is not ContainerGPU, PodGPU, NodeGPU, Pod or Node"]
     where = f"{t} {ev.get('GpuDevice')} {ev.get('FullPodName', '')}/{ev.get('ContainerName', '')}"
     errs = []
     if "_aws" in ev:
@@ -186,6 +225,8 @@ def check_stream(events: Iterable[dict[str, Any]]) -> tuple[list[str], dict[str,
         errs += check_event(ev)
         t = ev.get("Type", "")
         count[t] += 1
+        if t in CAPACITY:
+            continue
         k = (ev.get("Timestamp", ""), ev.get("GpuDevice", ""))
         if t == "NodeGPU":
             node[k] += 1

@@ -156,21 +156,24 @@ def make_insights(settings: ServeSettings, cluster: str, attributor: Attributor 
         InsightsBuilder,
         InsightsOptions,
         NodeSource,
-        own_name,
+        no_pods,
     )
 
     host = settings.output.hostname
     node: NodeSource
+    pods = getattr(attributor, "pods", None)  # the pod watch's (KubeletAttributor.pods)
     if settings.simulation is not None and not settings.kubernetes.enabled:
         from podgpu.sim.backend import parse_simulate
-        from podgpu.sim.node import simulated_node
+        from podgpu.sim.node import scenario_pods, simulated_node
 
         count, model = parse_simulate(settings.simulation.spec)
         node = FixedNode(simulated_node(model, count, host))
+        scenario = make_scenario(settings)
+        sim_pods = scenario_pods(scenario) if scenario is not None else {}
+        pods = lambda: sim_pods  # noqa: E731
     else:
         from podgpu.attribution.nodeinfo import NodeLookup
 
         node = NodeLookup(settings.kubernetes.node_name)
-    workload = getattr(attributor, "workload", None)
     return InsightsBuilder(InsightsOptions(cluster_name=cluster, node_name=host), node,
-                           workload if callable(workload) else own_name)
+                           pods if callable(pods) else no_pods)

@@ -95,9 +95,15 @@ def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url:
                            ("nvidia2-mig2", "mig-b"), ("nvidia3", "wide-0"),
                            ("nvidia4", "wide-0")}
         assert all(e["InstanceType"] == "p5.48xlarge" and e["NodeName"] == NODE for e in now)
+        # GPU capacity: the Type: Pod events of GPU-limited pods (MIG instances are another
+        # resource) and the Type: Node event: 6 GPUs, 5 held by Running pods.
+        assert {e["FullPodName"] for e in now if e["Type"] == "Pod"} == {
+            "train-0", "infer-a", "infer-b", "wide-0"}
+        (cap,) = [e for e in now if e["Type"] == "Node"]
+        assert (cap["node_gpu_limit"], cap["node_gpu_usage_total"]) == (6, 5)
     # Values: each observed cycle's reading is among its interval's samples.
     index = {(e["Timestamp"], e["Type"], e["GpuDevice"], e.get("FullPodName", "")): e
-             for e in events}
+             for e in events if "GpuDevice" in e}
     checked = 0
     for taken_at, view in seen.items():
         ts = str(int(taken_at // INTERVAL * INTERVAL * 1000))

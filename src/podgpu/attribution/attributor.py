@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from podgpu.attribution.base import Attribution, Attributor
@@ -28,7 +28,7 @@ from podgpu.attribution.kubelet import (
     list_deadline,
     stale_after,
 )
-from podgpu.attribution.podwatch import PodIndex, PodWatcher
+from podgpu.attribution.podwatch import PodIndex, PodInfo, PodWatcher
 from podgpu.model import Allocation, Device, GpuProcess
 from podgpu.model.status import OK, StageStatus
 from podgpu.settings import KubernetesSettings
@@ -98,6 +98,11 @@ class KubeletAttributor:
                 status=StageStatus.failed(f"{type(exc).__name__}: {exc}"),
                 errors=(("attribution", 1),),
             )
+
+    def pods(self) -> Mapping[tuple[str, str], PodInfo]:
+        """This node's pods by (namespace, name), as the pod watch knows them now (empty without
+        API access): their owners and GPU resources, for Container Insights."""
+        return self._watcher.index.by_name if self._watcher is not None else {}
 
     def _attribute(
         self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -41,6 +41,7 @@ from podgpu.attribution.kubeapi import (
 )
 from podgpu.attribution.podstore import MAX_PODS, PodStore
 from podgpu.attribution.podstore import PodIndex as PodIndex  # re-exported: its readers import it here
+from podgpu.attribution.workload import PodGpus, controller_owners, pod_gpus
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,11 @@ class PodInfo:
     containers: tuple[tuple[str, str], ...] = ()
     created: str = ""
     """metadata.creationTimestamp (RFC 3339, so it sorts as text); '' when absent."""
+    owners: tuple[tuple[str, str], ...] = ()
+    """(kind, name) of the owner references, the controller first (Container Insights'
+    workload name, attribution/workload.py)."""
+    gpus: PodGpus = field(default_factory=PodGpus)
+    """The containers' `nvidia.com/gpu` requests and limits, and the phase."""
 
     def container_name(self, container_id: str) -> str:
         for cid, name in self.containers:
@@ -114,6 +120,8 @@ def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
         labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
         containers=tuple(containers),
         created=str(meta.get("creationTimestamp") or ""),
+        owners=controller_owners(meta),
+        gpus=pod_gpus(obj),
     )
 
 

@@ -12,13 +12,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from podgpu.attribution.nodeinfo import NodeObject
+from podgpu.attribution.podwatch import PodInfo
+from podgpu.attribution.workload import GPU_RESOURCE, PodGpus
 from podgpu.collect import Collector
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import lookup
 from podgpu.fields.metriclist import MetricList
-from podgpu.model import Allocation, Sample, Snapshot
+from podgpu.model import Allocation, ContainerRef, Sample, Snapshot
 from podgpu.sim.backend import MODELS, ModelSpec, SimulatedBackend
-from podgpu.sim.scenario import SimulatedAttributor, parse_scenario
+from podgpu.sim.scenario import Scenario, SimulatedAttributor, parse_scenario
 
 SHARING = ("none", "time-slicing", "mig")
 NAMESPACE = "ml"
@@ -102,6 +104,20 @@ def simulated_node(model: ModelSpec, gpus: int, name: str) -> NodeObject:
     itype = types.get(gpus) or (types[max(types)] if types else "")
     iid = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
     return NodeObject(name=name, instance_id=iid, instance_type=itype, gpu_capacity=gpus)
+
+
+def scenario_pods(scenario: Scenario) -> dict[tuple[str, str], PodInfo]:
+    """A scenario's pods as a pod watch would list them: bare pods (no owner), Running, each
+    held GPU (a time-slicing replica too) one `nvidia.com/gpu` request and limit; a MIG
+    instance is another resource."""
+    gpus: dict[tuple[str, str], int] = {}
+    refs: dict[tuple[str, str], ContainerRef] = {}
+    for c in scenario.containers:
+        k = (c.ref.namespace, c.ref.pod)
+        refs.setdefault(k, c.ref)
+        gpus[k] = gpus.get(k, 0) + sum(1 for g in c.gpus if g.resource == GPU_RESOURCE)
+    return {k: PodInfo(r.pod_uid, r.namespace, r.pod, r.pod_labels,
+                       gpus=PodGpus(gpus[k], gpus[k], "Running")) for k, r in refs.items()}
 
 
 class SimNode:

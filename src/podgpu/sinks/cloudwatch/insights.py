@@ -25,11 +25,13 @@ name, so they never meet the declarations' series in the shared window. `Sources
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from podgpu.attribution.nodeinfo import NodeObject
+from podgpu.attribution.podwatch import PodInfo
+from podgpu.attribution.workload import TERMINATED, workload_name
 from podgpu.fields.catalog import lookup
 from podgpu.fields.field import Field
 from podgpu.model import Allocation, ContainerRef, Device, Sample, Snapshot
@@ -41,10 +43,13 @@ VERSION = "0"
 MIB = 1024 * 1024
 CONTAINER, POD, NODE = "ContainerGPU", "PodGPU", "NodeGPU"
 LEVELS = {CONTAINER: "container", POD: "pod", NODE: "node"}
+POD_CAPACITY, NODE_CAPACITY = "Pod", "Node"
+"""The add-on's pod and node events, here with only their GPU capacity metrics."""
 MARK = ""
 """The name of the first pair of every Container Insights label set."""
 RAW_JSON = frozenset(("Sources", "kubernetes"))
 SOURCES = json.dumps(["dcgm", "pod", "calculated"], separators=(",", ":"))
+CAPACITY_SOURCES = json.dumps(["pod", "calculated"], separators=(",", ":"))
 
 UNITS: dict[str, str] = {
     "utilization": "Percent",
@@ -56,6 +61,20 @@ UNITS: dict[str, str] = {
     "tensor_core_utilization": "Percent",
 }
 """The add-on's seven readings (suffix -> CloudWatch unit)."""
+
+CAPACITY_UNITS: dict[str, str] = {
+    "pod_gpu_request": "Count", "pod_gpu_limit": "Count", "pod_gpu_usage_total": "Count",
+    "pod_gpu_reserved_capacity": "Percent", "node_gpu_limit": "Count",
+    "node_gpu_usage_total": "Count", "node_gpu_reserved_capacity": "Percent",
+}
+"""The GPU capacity metrics of the `Type: Pod` and `Type: Node` events (docs/cloudwatch.md).
+`node_gpu_unreserved_capacity` and `node_gpu_available_capacity` are declared by the agent but
+their formula is not published where podgpu could check it: left out."""
+
+
+def unit_of(name: str) -> str:
+    """The CloudWatch unit of a Container Insights metric name."""
+    return CAPACITY_UNITS.get(name) or UNITS[name.split("_gpu_", 1)[1]]
 
 DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     CONTAINER: (("ClusterName",),
@@ -72,6 +91,12 @@ DIMENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     NODE: (("ClusterName",),
            ("ClusterName", "InstanceId", "NodeName"),
            ("ClusterName", "GpuDevice", "InstanceId", "InstanceType", "NodeName")),
+    POD_CAPACITY: (("ClusterName", "Namespace", "PodName"),
+                   ("ClusterName",),
+                   ("ClusterName", "FullPodName", "Namespace", "PodName"),
+                   ("ClusterName", "Namespace", "Service")),
+    NODE_CAPACITY: (("ClusterName", "InstanceId", "NodeName"),
+                    ("ClusterName",)),
 }
 """Per level, the add-on's dimension sets (names sorted within a set, sets in its order). A set
 naming a key the event lacks (`Service` without a Service) is left out, as the add-on does."""
@@ -104,13 +129,12 @@ class FixedNode:
         return None
 
 
-Workload = Callable[[ContainerRef], tuple[str, tuple[tuple[str, str], ...]]]
-"""A pod -> (its workload name, its owners as (kind, name) pairs): `PodName` and `pod_owners`."""
+Pods = Callable[[], Mapping[tuple[str, str], PodInfo]]
+"""This node's pods by (namespace, name): owners (-> `PodName`) and GPU resources."""
 
 
-def own_name(ref: ContainerRef) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """A pod whose owners are unknown is its own workload (the add-on's rule for a bare pod)."""
-    return ref.pod, ()
+def no_pods() -> Mapping[tuple[str, str], PodInfo]:
+    return {}
 
 
 def gpu_device(device: Device) -> str:
@@ -186,12 +210,11 @@ class InsightsOptions:
 class InsightsBuilder:
     """Snapshot -> Container Insights series (one label set per level, device and holder)."""
 
-    def __init__(self, opts: InsightsOptions, node: NodeSource,
-                 workload: Workload = own_name) -> None:
+    def __init__(self, opts: InsightsOptions, node: NodeSource, pods: Pods = no_pods) -> None:
         self._opts = opts
         self._node = node
         self._started = False
-        self._workload = workload
+        self._pods = pods
         self._memo: dict[tuple[object, ...], LabelKey] = {}
 
     def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
@@ -199,6 +222,7 @@ class InsightsBuilder:
             self._started = True
             self._node.start(2.0)
         node = self._node.current()
+        pods_now = self._pods()
         holders = holders_by_device(snapshot.allocations)
         usage = _usage(snapshot)
         first_instance: dict[str, int] = {}  # MIG: the GPU's power rides on its first instance
@@ -233,7 +257,8 @@ class InsightsBuilder:
                 util, mem, cid = usage.get((dev.key, ref.namespace, ref.pod, ref.container),
                                            (0.0, 0, ""))
                 own = share_readings(readings, util, mem) if shared else readings
-                yield (self._key(CONTAINER, dev, ref, node, cid), GAUGE, _items(CONTAINER, own))
+                yield (self._key(CONTAINER, dev, ref, node, cid, pods_now), GAUGE,
+                       _items(CONTAINER, own))
                 pk = (ref.namespace, ref.pod)
                 if pk not in pods:
                     pods[pk] = (ref, dict(own))
@@ -243,20 +268,73 @@ class InsightsBuilder:
                         if k in own:
                             acc[k] = acc.get(k, 0) + own[k]
             for ref_full, values in pods.values():
-                yield self._key(POD, dev, ref_full, node), GAUGE, _items(POD, values)
+                yield self._key(POD, dev, ref_full, node, "", pods_now), GAUGE, _items(POD, values)
+        yield from self._capacity(node, pods_now)
+
+    def _capacity(self, node: NodeObject, pods: Mapping[tuple[str, str], PodInfo]
+                  ) -> Iterator[tuple[LabelKey, str, list[Item]]]:
+        """`Type: Pod` events of pods with a GPU limit and the `Type: Node` event: the add-on's
+        formulas, restated: pod request and limit are sums over the containers' nvidia.com/gpu;
+        usage_total = the limit while Running, else 0; pod reserved = limit / node capacity x
+        100; node limit = capacity (only when not 0); node usage_total = the Running pods'
+        limits; node reserved = the requests of pods not terminated / capacity x 100."""
+        cap = node.gpu_capacity or 0
+        running = reserved = 0
+        for info in pods.values():
+            g = info.gpus
+            if g.phase not in TERMINATED:
+                reserved += g.request
+            if g.phase == "Running":
+                running += g.limit
+            if g.limit <= 0:
+                continue
+            items: list[Item] = [("pod_gpu_request", g.request), ("pod_gpu_limit", g.limit),
+                                 ("pod_gpu_usage_total", g.limit if g.phase == "Running" else 0)]
+            if cap:
+                items.append(("pod_gpu_reserved_capacity", round(g.limit / cap * 100.0, 3)))
+            yield self._capacity_key(POD_CAPACITY, node, info), GAUGE, items
+        if cap:
+            yield self._capacity_key(NODE_CAPACITY, node, None), GAUGE, [
+                ("node_gpu_limit", cap), ("node_gpu_usage_total", running),
+                ("node_gpu_reserved_capacity", round(reserved / cap * 100.0, 3))]
+
+    def _capacity_key(self, level: str, node: NodeObject, info: PodInfo | None) -> LabelKey:
+        memo = (level, node, info)
+        key = self._memo.get(memo)
+        if key is None:
+            o = self._opts
+            labels = {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
+                      "InstanceId": node.instance_id, "InstanceType": node.instance_type,
+                      "Type": level, "Version": VERSION, "Sources": CAPACITY_SOURCES}
+            k8s: dict[str, object] = {"host": o.node_name}
+            if info is not None:
+                name, owners = workload_name(info.name, info.owners, info.labels)
+                labels.update(Namespace=info.namespace, PodName=name, FullPodName=info.name)
+                k8s.update(namespace_name=info.namespace, pod_name=info.name)
+                if info.uid:
+                    k8s["pod_id"] = info.uid
+                if info.labels:
+                    k8s["labels"] = dict(info.labels)
+                if owners:
+                    k8s["pod_owners"] = [{"owner_kind": k, "owner_name": n} for k, n in owners]
+            labels["kubernetes"] = json.dumps(k8s, separators=(",", ":"), sort_keys=True)
+            key = self._memo[memo] = tuple(sorted((k, v) for k, v in labels.items() if v != ""))
+        return key
 
     def _key(self, level: str, dev: Device, ref: ContainerRef | None, node: NodeObject,
-             container_id: str = "") -> LabelKey:
-        memo = (level, dev, ref, node, container_id)
+             container_id: str = "", pods: Mapping[tuple[str, str], PodInfo] | None = None
+             ) -> LabelKey:
+        info = pods.get((ref.namespace, ref.pod)) if pods and ref is not None else None
+        memo = (level, dev, ref, node, container_id, info)
         key = self._memo.get(memo)
         if key is None:
             if len(self._memo) > 50_000:  # pod churn: start over
                 self._memo.clear()
-            key = self._memo[memo] = self._build(level, dev, ref, node, container_id)
+            key = self._memo[memo] = self._build(level, dev, ref, node, container_id, info)
         return key
 
     def _build(self, level: str, dev: Device, ref: ContainerRef | None, node: NodeObject,
-               container_id: str) -> LabelKey:
+               container_id: str, info: PodInfo | None) -> LabelKey:
         o = self._opts
         labels = {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
                   "InstanceId": node.instance_id, "InstanceType": node.instance_type,
@@ -264,11 +342,13 @@ class InsightsBuilder:
                   "Sources": SOURCES}
         k8s: dict[str, object] = {"host": o.node_name}
         if ref is not None:
-            workload, owners = self._workload(ref)
+            workload, owners = (workload_name(ref.pod, info.owners, info.labels)
+                                if info is not None else (ref.pod, ()))
             labels.update(Namespace=ref.namespace, PodName=workload, FullPodName=ref.pod,
                           UUID=dev.uuid)
-            if ref.pod_labels:
-                k8s["labels"] = dict(ref.pod_labels)
+            pod_labels = info.labels if info is not None and info.labels else ref.pod_labels
+            if pod_labels:
+                k8s["labels"] = dict(pod_labels)
             k8s["namespace"] = ref.namespace
             k8s["pod_name"] = ref.pod
             if owners:

@@ -5,7 +5,8 @@ string `Timestamp` (epoch milliseconds), `Version: "0"`, every key in Go's sorte
 metric values after the labels; `Sources` and `kubernetes` are JSON, not strings. One event per
 label set and interval; a metric with several samples in the interval is the add-on's
 high-frequency form `{"Values", "Counts", "Max", "Min", "Count", "Sum"}` (encode.distribution),
-a single sample a plain number.
+a single sample a plain number. The GPU capacity metrics (`Type: Pod`/`Node`), which the add-on
+never sends as distributions, are the interval's last value.
 
 `CombinedEncoder` serves one sink and one queue for the declarations (`--cloudwatch-config`) and
 Container Insights together: each label set goes to its encoder; the destination routes an
@@ -22,13 +23,14 @@ from podgpu.model import Snapshot
 from podgpu.sinks.cloudwatch.destinations import V0_PREFIX
 from podgpu.sinks.cloudwatch.encode import Encoder, distribution
 from podgpu.sinks.cloudwatch.insights import (
+    CAPACITY_UNITS,
     DIMENSIONS,
     MARK,
     NAMESPACE,
     RAW_JSON,
-    UNITS,
     InsightsBuilder,
     is_insights,
+    unit_of,
 )
 from podgpu.sinks.cloudwatch.series import Item, LabelKey, SeriesBuilder
 from podgpu.sinks.cloudwatch.window import ClosedWindow
@@ -55,7 +57,7 @@ class InsightsEncoder:
             sets = [list(s) for s in DIMENSIONS[level] if all(d in labels for d in s)]
             metrics = []
             for n in names:
-                m: dict[str, object] = {"Name": n, "Unit": UNITS[n.split("_gpu_", 1)[1]]}
+                m: dict[str, object] = {"Name": n, "Unit": unit_of(n)}
                 if self._resolution == 1:
                     m["StorageResolution"] = 1
                 metrics.append(m)
@@ -83,7 +85,8 @@ class InsightsEncoder:
             if not names:
                 continue
             before, after = self._head(key, names)
-            values = _DUMPS({n: distribution(metrics[n]) for n in names})
+            values = _DUMPS({n: metrics[n][-1] if n in CAPACITY_UNITS else distribution(
+                metrics[n]) for n in names})
             out.append(f"{before}{ts}{after},{values[1:]}")
         return out
 
@@ -131,6 +134,11 @@ class CombinedSeries:
         if self._decl is not None:
             yield from self._decl.series(snapshot)
         yield from self._insights.series(snapshot)
+
+    @property
+    def own_series(self) -> bool:
+        """Whether the declarations are offered podgpu's own series (--emf-podgpu-series)."""
+        return self._decl is not None and self._decl.own_series
 
     def key(self, pairs: tuple[tuple[str, str], ...], kind: str) -> LabelKey:
         """Accounting's counters: the declarations' labels; without declarations a key no

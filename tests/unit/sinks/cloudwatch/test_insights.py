@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from podgpu.attribution.nodeinfo import NodeObject, instance_id_of, parse_node
+from podgpu.attribution.workload import PodGpus, controller_owners, pod_gpus, workload_name
 from podgpu.backends.select import SelectedBackend
 from podgpu.collect import Collector
 from podgpu.config import parse_serve_args
@@ -21,7 +22,7 @@ from podgpu.errors import ConfigError
 from podgpu.model import Device, Sample
 from podgpu.model.selection import DeviceSelection
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from podgpu.sim.node import simulated_node
+from podgpu.sim.node import scenario_pods, simulated_node
 from podgpu.sim.scenario import SimulatedAttributor, load_scenario
 from podgpu.sinks.cloudwatch.destinations import is_insights_event
 from podgpu.sinks.cloudwatch.insights import (
@@ -58,8 +59,9 @@ class Node:
                                    attributor=SimulatedAttributor(scenario), want_processes=True,
                                    clock=lambda: self.now)
         self.node = simulated_node(MODELS["H100"], 6, "ip-10-0-1-23.ec2.internal")
+        pods = scenario_pods(scenario)
         self.builder = InsightsBuilder(InsightsOptions("demo", self.node.name),
-                                       FixedNode(self.node))
+                                       FixedNode(self.node), lambda: pods)
 
     def events(self, seconds: int, interval: float = 60.0) -> list[dict[str, Any]]:
         acc = WindowAccumulator(interval, lambda k, m: True)
@@ -110,7 +112,7 @@ def test_every_case_gets_the_right_events_with_its_own_values() -> None:
     # One NodeGPU per GPU or MIG instance; the idle GPU 5 has nothing else.
     assert sorted(e["GpuDevice"] for e in events if e["Type"] == "NodeGPU") == [
         "nvidia0", "nvidia1", "nvidia2-mig1", "nvidia2-mig2", "nvidia3", "nvidia4", "nvidia5"]
-    assert {e["GpuDevice"] for e in events if e["Type"] != "NodeGPU"} == {
+    assert {e["GpuDevice"] for e in events if e["Type"] in ("ContainerGPU", "PodGPU")} == {
         "nvidia0", "nvidia1", "nvidia2-mig1", "nvidia2-mig2", "nvidia3", "nvidia4"}
     # Exclusive: the GPU's own readings, as the add-on.
     node0, pod0 = by(events, "NodeGPU", "nvidia0"), by(events, "PodGPU", "nvidia0", "train-0")
@@ -159,6 +161,41 @@ def test_v0_shape_keys_in_go_order_and_no_service_set_without_a_service() -> Non
     assert "containerd" in e["kubernetes"]  # the container's runtime id
     pod = by(Node().events(1), "PodGPU", "nvidia0", "train-0")
     assert ["ClusterName", "Namespace", "Service"] not in pod["CloudWatchMetrics"][0]["Dimensions"]
+
+
+def test_capacity_metrics_follow_the_add_ons_formulas() -> None:
+    events = Node().events(1)
+    pods = {e["FullPodName"]: e for e in events if e["Type"] == "Pod"}
+    # GPU-limited pods only: a MIG instance is another resource than nvidia.com/gpu.
+    assert set(pods) == {"train-0", "infer-a", "infer-b", "wide-0"}
+    wide = pods["wide-0"]
+    assert (wide["pod_gpu_request"], wide["pod_gpu_limit"], wide["pod_gpu_usage_total"]) == (
+        2, 2, 2)  # Running: usage_total = the limit
+    assert wide["pod_gpu_reserved_capacity"] == pytest.approx(2 / 6 * 100, abs=1e-3)
+    (node,) = [e for e in events if e["Type"] == "Node"]
+    # capacity 6; Running pods' limits 1 + 1 + 1 + 2 = 5 (a time-slicing replica counts one)
+    assert (node["node_gpu_limit"], node["node_gpu_usage_total"]) == (6, 5)
+    assert node["node_gpu_reserved_capacity"] == pytest.approx(5 / 6 * 100, abs=1e-3)
+    assert "node_gpu_unreserved_capacity" not in node  # formula not published: left out
+    for e in (wide, node):
+        assert ci_contract.check_event(e) == []
+
+
+def test_workload_names_and_gpu_resources_from_the_pod_object() -> None:
+    obj = {"metadata": {"name": "trainer-7c9f8d6b5-x2kqz", "labels": {
+        "pod-template-hash": "7c9f8d6b5"}, "ownerReferences": [
+            {"kind": "ReplicaSet", "name": "trainer-7c9f8d6b5", "controller": True}]},
+        "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}},
+                                {"resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Pending"}}
+    owners = controller_owners(obj["metadata"])
+    assert workload_name("trainer-7c9f8d6b5-x2kqz", owners,
+                         (("pod-template-hash", "7c9f8d6b5"),)) == (
+        "trainer", (("Deployment", "trainer"),))
+    assert pod_gpus(obj) == PodGpus(2, 2, "Pending")  # a missing request defaults to the limit
+    assert workload_name("db-0", (("StatefulSet", "db"),)) == ("db-0", (("StatefulSet", "db"),))
+    assert workload_name("agent-x", (("DaemonSet", "agent"),))[0] == "agent"
+    assert workload_name("solo", ()) == ("solo", ())
 
 
 def test_one_queue_hands_out_batches_of_one_log_group() -> None:
