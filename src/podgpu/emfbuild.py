@@ -140,6 +140,9 @@ def _build(settings: EmfSettings, *, node: str,
         log.warning("EMF: no cluster name (--cluster-name): dimension sets naming ClusterName "
                     "are dropped unless the series carry ClusterName")
     builder = series(cluster)
+    if builder is not None and builder.options.own_series is None:  # --emf-podgpu-series auto
+        builder.own_series = any("podgpu_" in s.pattern for d in config.declarations
+                                 for s in d.selectors)
     if (builder is not None and builder.options.identity == "agent"
             and not builder.options.namespace
             and any("Namespace" in d for x in config.declarations for d in x.dimensions)):

@@ -139,7 +139,10 @@ def make_emf_sink(settings: ServeSettings, metrics: MetricList, label_opts: Labe
         opts = SeriesOptions(labels=label_opts, job=emf.job,
                              instance=f"{host}:{settings.http.port}", cluster_name=cluster,
                              node_name=host, extra=emf.labels, identity=emf.identity,
-                             namespace=emf.namespace, pod_name=emf.pod_name)
+                             namespace=emf.namespace, pod_name=emf.pod_name,
+                             container_name=emf.container_name, service=emf.service,
+                             service_labels=emf.service_labels,
+                             own_series={"true": True, "false": False}.get(emf.podgpu_series))
         return SeriesBuilder(metrics, opts)
 
     return build_emf_sink(emf, node=host, series=series, what="EMF",

@@ -135,6 +135,15 @@ class EmfSettings:
     """--emf-namespace / POD_NAMESPACE: podgpu's own namespace (the agent's `Namespace`)."""
     pod_name: str = ""
     """--emf-pod-name / POD_NAME: podgpu's own pod (the agent's `pod_name`)."""
+    container_name: str = "podgpu"
+    """--emf-container-name: podgpu's own container (the agent's `container_name`)."""
+    service: str = ""
+    """--emf-service: the Service in front of podgpu (the agent's `Service`)."""
+    service_labels: tuple[tuple[str, str], ...] = ()
+    """--emf-service-labels: that Service's labels, named as the agent's labelmap names them."""
+    podgpu_series: str = "auto"
+    """--emf-podgpu-series: offer podgpu's own per-pod and accounting series to the
+    declarations: auto (when a metric_selectors pattern names `podgpu_`), true or false."""
     container_insights: bool = False
     """--emf-container-insights: also (or only, with `config` '') the Container Insights GPU
     events, to their own log group."""

@@ -336,3 +336,61 @@ def test_spooled_events_survive_a_restart(moto_url: str, tmp_path: Path) -> None
     assert not list(spool.glob("*.jsonl")) or all(
         json.loads(f.read_text().splitlines()[0])["_aws"]["Timestamp"] > max(spooled)
         for f in spool.glob("*.jsonl"))  # sent files are deleted
+
+
+def agent_identity_config(tmp_path: Path) -> Path:
+    """Two declarations a team could have written against the agent path: one keyed on the
+    exporter's container and a Service label (set by the agent's service-endpoints job, not by
+    the exporter), one selecting every metric (`.*`)."""
+    path = tmp_path / "identity.json"
+    path.write_text(json.dumps({"logs": {"metrics_collected": {"prometheus": {"emf_processor": {
+        "metric_declaration": [
+            {"source_labels": ["container_name", "app_kubernetes_io_name"],
+             "label_matcher": "^podgpu;podgpu$",
+             "dimensions": [["ClusterName", "container_name", "app_kubernetes_io_name", "pod"]],
+             "metric_selectors": ["^DCGM_FI_DEV_GPU_UTIL$"]},
+            {"source_labels": ["Service"], "label_matcher": "^nvidia-dcgm-exporter$",
+             "dimensions": [["ClusterName", "Service", "pod"]], "metric_selectors": [".*"]}]}}}}}))
+    return path
+
+
+def test_declarations_keyed_on_the_agents_container_and_service_labels_extract(
+        moto_url: str, tmp_path: Path) -> None:
+    """The agent path's identity, restated from its service-endpoints job (the oracle in
+    tests/unit/sinks/cloudwatch/agent_oracle.py relabels the Kubernetes discovery labels of
+    podgpu's pod behind the Service `nvidia-dcgm-exporter`, labelled
+    app.kubernetes.io/name=podgpu): the exporter
+    container's `container_name` (the shipped manifests' container, `podgpu`, by default), the
+    Service's name as `Service` and its labels mapped by the job's labelmap. A `.*` selector
+    selects what the agent path had: no podgpu_* series unless --emf-podgpu-series asks."""
+    from tests.unit.sinks.cloudwatch import agent_oracle as oracle
+
+    job = oracle.load_job(oracle.SERVICE_ENDPOINTS_JOB)
+    target = oracle.target_labels(job, {
+        "__address__": "10.0.0.7:9400", "__meta_kubernetes_namespace": "gpu-operator",
+        "__meta_kubernetes_service_name": "nvidia-dcgm-exporter",
+        "__meta_kubernetes_service_label_app_kubernetes_io_name": "podgpu",
+        "__meta_kubernetes_pod_container_name": "podgpu",
+        "__meta_kubernetes_service_annotation_prometheus_io_scrape": "true"})
+    assert target is not None
+    config = agent_identity_config(tmp_path)
+    runs = {"node-id": (), "node-own": ("--emf-podgpu-series=true",)}
+    nodes = [Node(moto_url, config, stream, "--emf-service", "nvidia-dcgm-exporter",
+                  "--emf-service-labels",
+                  "app.kubernetes.io/name=podgpu", *extra) for stream, extra in runs.items()]
+    try:
+        for node in nodes:
+            node.wait("two flushes in moto", lambda n=node: flushes(moto_url, n.stream) >= 2)
+    finally:
+        for node in nodes:
+            node.stop()
+    got = extracted(moto_url, "node-id")
+    keyed = {(x.name, x.dimensions) for x in got if "container_name" in dict(x.dimensions)}
+    assert keyed == {("DCGM_FI_DEV_GPU_UTIL", tuple(sorted({
+        "ClusterName": "e2e", "container_name": target["container_name"],
+        "app_kubernetes_io_name": target["app_kubernetes_io_name"], "pod": "train-0"}.items())))}
+    wildcard = {x.name for x in got if dict(x.dimensions).get("Service") == target["Service"]}
+    assert "DCGM_FI_DEV_GPU_UTIL" in wildcard
+    assert not {n for n in wildcard if n.startswith("podgpu_")}, wildcard
+    own = {x.name for x in extracted(moto_url, "node-own") if x.name.startswith("podgpu_")}
+    assert {"podgpu_gpu_allocation", "podgpu_pod_gpu_allocated_seconds_total"} <= own, own

@@ -79,13 +79,30 @@ SERVE_EMF_OPTIONS: tuple[Option, ...] = (
     Option(("--emf-pod-name",), "emf.pod_name", "POD_NAME", "",
            "podgpu's own pod name (the agent path's pod_name label; POD_NAME from the downward "
            "API)", metavar="NAME"),
+    Option(("--emf-container-name",), "emf.container_name", "PODGPU_EMF_CONTAINER_NAME",
+           "podgpu", "podgpu's own container name (the agent path's container_name label; the "
+           "shipped manifests' container is podgpu)", metavar="NAME"),
+    Option(("--emf-service",), "emf.service", "PODGPU_EMF_SERVICE", "",
+           "the Service in front of podgpu that the agent's service-endpoints job would have "
+           "scraped (the agent path's Service label)", metavar="NAME", shown="unset"),
+    Option(("--emf-service-labels",), "emf.service_labels", "PODGPU_EMF_SERVICE_LABELS", (),
+           "that Service's labels, KEY=VALUE as on the object (comma-separated, repeatable); "
+           "mapped as the agent's job maps them (app.kubernetes.io/name -> "
+           "app_kubernetes_io_name)", v.service_labels, metavar="KEY=VALUE", append=True,
+           shown="unset"),
+    Option(("--emf-podgpu-series",), "emf.podgpu_series", "PODGPU_EMF_PODGPU_SERIES", "auto",
+           "offer podgpu's own series (podgpu_gpu_allocation, podgpu_pod_*, the accounting "
+           "counters) to the declarations: true, false, or auto (only when a metric_selectors "
+           "pattern names podgpu_, so wildcard selectors select what the agent path had)",
+           v.choice("auto", "true", "false"), metavar="auto|true|false"),
     Option(("--emf-container-insights",), "emf.container_insights",
            "PODGPU_EMF_CONTAINER_INSIGHTS", False,
            "send the CloudWatch Container Insights GPU events (container_gpu_*, pod_gpu_*, "
            "node_gpu_*) to /aws/containerinsights/<cluster>/performance, stream = the node name; "
            "alone or beside --cloudwatch-config", parse_bool, True),
 )
-_FROM_DOWNWARD_API = frozenset(("emf.namespace", "emf.pod_name"))
+_FROM_DOWNWARD_API = frozenset(("emf.namespace", "emf.pod_name", "emf.container_name",
+                                "emf.service", "emf.service_labels"))
 """Set by the manifests whether or not EMF is on: not an EMF flag given by mistake."""
 
 

@@ -108,6 +108,28 @@ def labels(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+_K8S_LABEL_KEY = re.compile(r"(?:[A-Za-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
+_NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def service_labels(text: str) -> tuple[tuple[str, str], ...]:
+    """The Service's labels KEY=VALUE,... as on the object (`app.kubernetes.io/name=podgpu`),
+    named as the agent's service-endpoints job maps them: Prometheus' Kubernetes discovery gives
+    `__meta_kubernetes_service_label_<key with every character outside [a-zA-Z0-9_] as _>` and
+    the job's labelmap drops the prefix (`app_kubernetes_io_name`). Empty values set nothing."""
+    out: list[tuple[str, str]] = []
+    for item in csv_list(text):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not _K8S_LABEL_KEY.fullmatch(key):
+            raise ValueError(f"expected KEY=VALUE with a Kubernetes label key, got {item!r}")
+        if len(value.strip()) > 1024:
+            raise ValueError(f"{key}: a CloudWatch dimension value is at most 1024 characters")
+        if value.strip():
+            out.append((_NOT_IN_NAME.sub("_", key), value.strip()))
+    return tuple(out)
+
+
 def choice(*allowed: str) -> Callable[[str], str]:
     """A parser accepting exactly one of `allowed`."""
 

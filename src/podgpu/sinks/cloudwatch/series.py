@@ -87,12 +87,20 @@ class AgentTarget:
     node_name: str = ""
     """`kubernetes_node`."""
     extra: tuple[tuple[str, str], ...] = ()
-    """The Service's labels and `Service` (`--emf-label`, `--target-label`); set last."""
+    """Any target label (`--emf-label`, `--target-label`); set last, so it wins."""
     honor_labels: bool = False
     cluster_name: str = ""
+    service: str = ""
+    """`Service`: the scraped Service's name."""
+    service_labels: tuple[tuple[str, str], ...] = ()
+    """The Service's labels as the job's labelmap names them (config/values.service_labels)."""
 
     def target_labels(self) -> dict[str, str]:
-        out = {"job": self.job, "instance": self.instance, "Namespace": self.namespace,
+        """In the job's rule order: `job`, `instance`, the labelmap of the Service's labels,
+        then the replace rules (which win over a mapped label of the same name; one whose
+        source is empty deletes the label), then the explicit target labels."""
+        out = {"job": self.job, "instance": self.instance, **dict(self.service_labels),
+               "Namespace": self.namespace, "Service": self.service,
                "kubernetes_node": self.node_name, "pod_name": self.pod_name,
                "container_name": self.container_name}
         out.update(self.extra)
@@ -142,6 +150,13 @@ class SeriesOptions:
     """POD_NAME: podgpu's own pod (agent identity's `pod_name`)."""
     container_name: str = ""
     """podgpu's container name (agent identity's `container_name`)."""
+    service: str = ""
+    """The Service in front of podgpu (agent identity's `Service`)."""
+    service_labels: tuple[tuple[str, str], ...] = ()
+    """That Service's labels, mapped as the agent's job maps them."""
+    own_series: bool | None = True
+    """Offer podgpu's own per-pod series and the accounting counters; None: decided from the
+    declarations (emfbuild: when a selector names `podgpu_`)."""
 
     def constant_labels(self) -> dict[str, str]:
         """The labels every series of this node carries (for log group/stream placeholders)."""
@@ -158,7 +173,8 @@ class SeriesOptions:
         return AgentTarget(job=self.job, instance=self.instance, namespace=self.namespace,
                            pod_name=self.pod_name, container_name=self.container_name,
                            node_name=self.node_name, extra=self.extra,
-                           cluster_name=self.cluster_name)
+                           cluster_name=self.cluster_name, service=self.service,
+                           service_labels=self.service_labels)
 
 
 class SeriesBuilder:
@@ -180,6 +196,8 @@ class SeriesBuilder:
         self.options = opts
         self._target = opts.target()
         self._memo: dict[tuple[object, ...], LabelKey] = {}
+        self.own_series = opts.own_series is not False
+        """podgpu's own series (per-pod, accounting) are offered; set by emfbuild for auto."""
 
     def _key(self, pairs: tuple[tuple[str, str], ...], kind: str) -> LabelKey:
         memo_key = (pairs, kind)
@@ -256,7 +274,8 @@ class SeriesBuilder:
                     lkind = kinds.get(lv.field)
                     if lkind is not None and math.isfinite(lv.value):
                         yield self._key(base + lv.labels, lkind), lkind, [(lv.field, lv.value)]
-        yield from self._pod_series(snapshot)
+        if self.own_series:
+            yield from self._pod_series(snapshot)
 
     def _per_process(self, base: tuple[tuple[str, str], ...], device_key: str,
                      held: list[Allocation], usage: virtual.PodUsage,

@@ -34,6 +34,10 @@ class SeriesSource(Protocol):
 
     def key(self, pairs: tuple[tuple[str, str], ...], kind: str) -> LabelKey: ...
 
+    @property
+    def own_series(self) -> bool:
+        """podgpu's own series (per-pod, accounting) are offered (--emf-podgpu-series)."""
+
 
 class EventEncoder(Protocol):
     """Closed windows -> events: encode.Encoder, or insights_encode.CombinedEncoder."""
@@ -84,6 +88,8 @@ class EmfSink:
         """Add counters of this node from outside the snapshot (issue 21's accounting totals),
         labelled like the snapshot's series; they become per-interval deltas like any counter."""
         assert self._builder is not None, "a sink without a SeriesBuilder takes offer_series()"
+        if not self._builder.own_series:  # --emf-podgpu-series
+            return
         key = self._builder.key
         self.offer_series(taken_at, ((key(pairs, COUNTER), COUNTER, items)
                                      for pairs, items in counters))
