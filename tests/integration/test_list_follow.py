@@ -34,12 +34,24 @@ def test_the_list_file_is_followed_and_a_bad_edit_keeps_the_last_good_list(
     time.sleep(0.05)  # a new mtime on coarse-timestamp filesystems
     lst.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\nDCGM_FI_DEV_POWER_USAGE, gauge, W\n")
     wait_for(lambda: "DCGM_FI_DEV_POWER_USAGE{" in body(p), what="the edited list in /metrics")
-    lst.write_text("DCGM_FI_DEV_NOT_A_FIELD, gauge, typo\n")
     health = wait_for(lambda: json.loads(p.get("/health")[2]), what="health")
     assert health["metric_list"] == {"status": "ok", "path": str(lst), "metrics": 2, "labels": 0}
-    time.sleep(3.0)  # two polls and a reload attempt
+    lst.write_text("DCGM_FI_DEV_NOT_A_FIELD, gauge, typo\n")
+
+    def list_health() -> dict[str, Any]:
+        return dict(json.loads(p.get("/health")[2])["metric_list"])
+
+    refused = wait_for(lambda: (h := list_health())["status"] != "ok" and h,
+                       what="the refused edit in /health")
+    assert refused["status"].startswith("edit refused, still exporting the last good list: ")
+    assert "DCGM_FI_DEV_NOT_A_FIELD" in refused["status"]
+    assert (refused["path"], refused["metrics"]) == (str(lst), 2)  # the last good list
     text = body(p)
     assert "DCGM_FI_DEV_POWER_USAGE{" in text and "DCGM_FI_DEV_GPU_TEMP{" in text
+    time.sleep(0.05)
+    lst.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n")  # a good edit clears it
+    wait_for(lambda: list_health() == {"status": "ok", "path": str(lst), "metrics": 1,
+                                       "labels": 0}, what="the good edit in /health")
     assert p.stop() == 0
     err = caplog.text
     refused = [ln for ln in err.splitlines() if "metric list not reloaded" in ln]
