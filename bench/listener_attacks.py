@@ -3,20 +3,28 @@ Prometheus-like scrapers:
 
     .venv/bin/python bench/listener_attacks.py tls-silent --conns 1000 --duration 60 --out X.json
     .venv/bin/python bench/listener_attacks.py pipeline --conns 2000 --duration 60 --out X.json
-    .venv/bin/python bench/listener_attacks.py memory 1000     # KiB per open connection, by kind
+    .venv/bin/python bench/listener_attacks.py pipeline --identity --sources 2000 --conns 2000 ...
+    .venv/bin/python bench/listener_attacks.py tls-hello --conns 2000 --duration 60 --out X.json
+    .venv/bin/python bench/listener_attacks.py memory 1000 [SRC]  # KiB per open connection, by kind
 
 - `tls-silent`: podgpu serves TLS (a throw-away certificate); each attacking connection is a TCP
   connect to the TLS port that sends nothing.
 - `pipeline`: plain HTTP; each attacking connection sends `--pipelined` GETs for /metrics at once
   (no gzip: 53 KB answers) and never reads a byte. Its receive buffer is set to 16 KiB so the
   attack does not park gigabytes in the kernel of a shared machine; podgpu cannot tell.
+- `--identity` adds `Accept-Encoding: identity` to each pipelined GET (the uncompressed answer);
+  `--sources N` spreads the attacking connections over N loopback source addresses
+  (127.0.x.y), as N clients would.
+- `tls-hello`: each attacking connection sends the first 6 bytes of a TLS record holding a
+  ClientHello and stalls there (the handshake begun, never finished).
 - an attacker process keeps `--conns` connections open for `--duration` seconds: a connection
   podgpu closes (seen as TCP state CLOSE/CLOSE_WAIT through TCP_INFO, polled every 0.25 s, no read
   needed) is counted with its lifetime and replaced at once.
 - `--scrapers` scrape /metrics once a second each (over TLS for `tls-silent`), a new connection per
   scrape; one fails on any status but 200, an error, or 10 s without the whole answer
   (Prometheus' default scrape timeout).
-- podgpu's RSS is sampled every 0.25 s: before the attack (after 3 s of scrapes) and the maximum.
+- podgpu's RSS is sampled every 0.25 s: before the attack (after 3 s of scrapes) and the maximum;
+  `rss_mib_after_close` is sampled 5 s after the attack's connections are closed.
 
 Passes when every scrape succeeded, RSS grew at most `--max-rss-growth-mib`, and no attacking
 connection lived longer than the request deadline + 5 s (connections still open when the attack
@@ -70,6 +78,9 @@ class AttackResult:
     rss_mib_before: float = 0.0
     rss_mib_max: float = 0.0
     rss_mib_growth: float = 0.0
+    rss_mib_after_close: float = 0.0
+    identity: bool = False
+    sources: int = 1
     fds_max: int = 0
     log_lines: int = 0
     log_tail: list[str] = field(default_factory=list)
@@ -86,11 +97,23 @@ def tcp_closed(s: socket.socket) -> bool:
     return struct.unpack("B", info[:1])[0] in _CLOSED_STATES
 
 
-def attacker(attack: str, port: int, conns: int, duration: float, pipelined: int) -> dict[str, object]:
+GET_IDENTITY = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\nAccept-Encoding: identity\r\n\r\n"
+HELLO_START = b"\x16\x03\x01\x02\x00\x01"  # a handshake record of 512 bytes: a ClientHello begins
+
+
+def source(i: int, sources: int) -> tuple[str, int]:
+    """The i-th connection's loopback source address, one of `sources`."""
+    k = i % sources
+    return (f"127.0.{k // 250 + 1}.{k % 250 + 1}", 0) if sources > 1 else ("", 0)
+
+
+def attacker(attack: str, port: int, conns: int, duration: float, pipelined: int,
+             identity: bool = False, sources: int = 1) -> dict[str, object]:
     """Keeps `conns` attacking connections open for `duration` s; returns lifetimes (s)."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    payload = GET * pipelined if attack == "pipeline" else b""
+    payload = ((GET_IDENTITY if identity else GET) * pipelined if attack == "pipeline"
+               else HELLO_START if attack == "tls-hello" else b"")
     live: dict[socket.socket, float] = {}
     lifetimes: list[float] = []
     opened = 0
@@ -102,6 +125,8 @@ def attacker(attack: str, port: int, conns: int, duration: float, pipelined: int
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
             s.settimeout(5)
             try:
+                if sources > 1:
+                    s.bind(source(opened, sources))
                 s.connect(("127.0.0.1", port))
                 if payload:
                     s.sendall(payload)
@@ -173,19 +198,20 @@ def tls_config(directory: Path) -> Path:
 def run_attack(attack: str, *, conns: int, duration: float, scrapers_n: int = 20,
                request_timeout: float = 15.0, pipelined: int = 400, gpus: int = 8,
                max_rss_growth_mib: float = 40.0, serve_args: tuple[str, ...] = (),
-               src: Path = ROOT / "src") -> AttackResult:
+               src: Path = ROOT / "src", identity: bool = False, sources: int = 1) -> AttackResult:
     port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="podgpu-attack-"))
     cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", f"{gpus}xH100",
            "-a", f"127.0.0.1:{port}", "--http-request-timeout", f"{request_timeout:g}",
            *serve_args]
     client_tls = None
-    if attack == "tls-silent":
+    if attack.startswith("tls"):
         cmd += ["--web-config-file", str(tls_config(tmp))]
         client_tls = ssl.create_default_context()
         client_tls.check_hostname = False
         client_tls.verify_mode = ssl.CERT_NONE
-    res = AttackResult(attack, cmd, conns, duration, request_timeout, scrapers_n)
+    res = AttackResult(attack, cmd, conns, duration, request_timeout, scrapers_n,
+                       identity=identity, sources=sources)
     log_path = tmp / "podgpu.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
@@ -219,12 +245,15 @@ def run_attack(attack: str, *, conns: int, duration: float, scrapers_n: int = 20
             sampler.start()
             helper = subprocess.Popen(
                 [sys.executable, __file__, "--helper", attack, str(port), str(conns),
-                 str(duration), str(pipelined)], stdout=subprocess.PIPE, text=True)
+                 str(duration), str(pipelined), str(int(identity)), str(sources)],
+                stdout=subprocess.PIPE, text=True)
             time.sleep(1.0)
             lat = asyncio.run(scrapers(port, client_tls, scrapers_n, duration - 1.0, res))
             out, _ = helper.communicate(timeout=duration + 60)
             stop.set()
             sampler.join()
+            time.sleep(5.0)  # the attack's connections are closed: is the memory given back?
+            res.rss_mib_after_close = round(rss_fds(proc.pid)[0], 1)
             got = json.loads(out)
             closed: list[float] = got["closed"]
             ages = closed + got["still_open"]
@@ -256,7 +285,8 @@ def per_connection_memory(conns: int = 1000, src: Path = ROOT / "src") -> dict[s
     (connected, nothing sent), TLS silent, TLS after one byte of a ClientHello (the handshake has
     started), and a plain pipelining client that never reads (400 GETs sent)."""
     out: dict[str, float] = {}
-    for kind in ("plain-idle", "tls-silent", "tls-one-byte", "plain-pipelining-non-reader"):
+    for kind in ("plain-idle", "tls-silent", "tls-one-byte", "tls-partial-hello",
+                 "plain-pipelining-non-reader", "plain-pipelining-identity"):
         port = free_port()
         tmp = Path(tempfile.mkdtemp(prefix="podgpu-mem-"))
         cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", "8xH100",
@@ -281,8 +311,12 @@ def per_connection_memory(conns: int = 1000, src: Path = ROOT / "src") -> dict[s
                 s.connect(("127.0.0.1", port))
                 if kind == "tls-one-byte":
                     s.sendall(b"\x16")
+                elif kind == "tls-partial-hello":
+                    s.sendall(HELLO_START)
                 elif kind == "plain-pipelining-non-reader":
                     s.sendall(GET * 400)
+                elif kind == "plain-pipelining-identity":
+                    s.sendall(GET_IDENTITY * 400)
                 socks.append(s)
             time.sleep(4.0)
             out[kind] = round((rss_fds(proc.pid)[0] - before) * 1024 / conns, 1)
@@ -297,21 +331,27 @@ def per_connection_memory(conns: int = 1000, src: Path = ROOT / "src") -> dict[s
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "memory":
         conns = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
-        print(json.dumps({"conns": conns, "kib_per_connection": per_connection_memory(conns)}))
+        src = Path(sys.argv[3]) if len(sys.argv) > 3 else ROOT / "src"
+        print(json.dumps({"conns": conns, "src": str(src),
+                          "kib_per_connection": per_connection_memory(conns, src)}))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--helper":
-        attack, port, conns, duration, pipelined = sys.argv[2:7]
+        attack, port, conns, duration, pipelined, identity, sources = sys.argv[2:9]
         print(json.dumps(attacker(attack, int(port), int(conns), float(duration),
-                                  int(pipelined))))
+                                  int(pipelined), identity == "1", int(sources))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("attack", choices=("tls-silent", "pipeline"))
+    ap.add_argument("attack", choices=("tls-silent", "tls-hello", "pipeline"))
     ap.add_argument("--conns", type=int, default=1000)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--scrapers", type=int, default=20)
     ap.add_argument("--request-timeout", type=float, default=15.0)
     ap.add_argument("--pipelined", type=int, default=400)
     ap.add_argument("--max-rss-growth-mib", type=float, default=40.0)
+    ap.add_argument("--identity", action="store_true",
+                    help="pipeline: ask for the uncompressed answer (Accept-Encoding: identity)")
+    ap.add_argument("--sources", type=int, default=1,
+                    help="loopback source addresses the attacking connections come from")
     ap.add_argument("--serve-arg", action="append", default=[])
     ap.add_argument("--src", type=Path, default=ROOT / "src",
                     help="the podgpu sources to run (e.g. a `git archive` of an older commit)")
@@ -320,7 +360,8 @@ def main() -> int:
     res = run_attack(args.attack, conns=args.conns, duration=args.duration,
                      scrapers_n=args.scrapers, request_timeout=args.request_timeout,
                      pipelined=args.pipelined, max_rss_growth_mib=args.max_rss_growth_mib,
-                     serve_args=tuple(args.serve_arg), src=args.src)
+                     serve_args=tuple(args.serve_arg), src=args.src, identity=args.identity,
+                     sources=args.sources)
     doc = asdict(res)
     text = json.dumps(doc, indent=1)
     if args.out:

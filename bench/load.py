@@ -174,6 +174,8 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--serve-arg", action="append", default=[],
                     help="extra podgpu serve argument (repeatable)")
+    ap.add_argument("--src", type=Path, default=ROOT / "src",
+                    help="the podgpu sources to run (e.g. a `git archive` of an older commit)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--helper", nargs=3, type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -198,7 +200,8 @@ def run_load(args: argparse.Namespace) -> LoadResult:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                                env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+                                env={**os.environ,
+                                     "PYTHONPATH": str(getattr(args, "src", ROOT / "src"))})
         helpers: list[subprocess.Popen[str]] = []
         try:
             deadline = time.monotonic() + 30
