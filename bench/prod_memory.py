@@ -52,7 +52,7 @@ from tests.integration.kube_api_fake import pod  # noqa: E402
 from tests.integration.kubelet_fake import FakeContainer, FakeKubelet, FakePod, gpu_pod  # noqa: E402
 
 NODE = "ip-10-0-1-5.ec2.internal"
-CW_CONFIG = ROOT / "deploy/kubernetes/overlays/cloudwatch/cwagent-config.json"
+CW_CONFIG = ROOT / "deploy/kubernetes/components/cloudwatch/cwagent-config.json"
 TRAIN_UID = "0b7c5a1e-3f2d-4c6b-9a8e-1d2c3b4a5f60"
 # The base DaemonSet's args after `serve` with mount paths left as placeholders, then the
 # cloudwatch overlay's; the smoke test compares them with `kubectl kustomize` output.
@@ -61,6 +61,7 @@ DAEMONSET_ARGS = ["--collectors", "{default_counters}", "--address", ":9400",
                   "--pod-resources-kubelet-socket", "{socket}", "--proc-root", "{proc}",
                   "--log-format", "json"]
 EMF_ARGS = ["--cloudwatch-config", "{cw_config}", "--cluster-name", "bench",
+            "--emf-namespace", "gpu-operator",
             "--emf-label", "Service=nvidia-dcgm-exporter", "--emf-spool-dir", "{spool}"]
 VARIANTS = ("production", "kubelet+podwatch", "kubelet", "bare")
 

@@ -21,8 +21,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE_ROOT = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("base", "overlays/prometheus-operator", "overlays/cloudwatch",
-            "overlays/dcgm-exporter-migration")
-COMPONENTS = ("web-config-tls", "default-runtime", "node-role-credentials")
+            "overlays/prometheus-cloudwatch", "overlays/dcgm-exporter-migration")
+COMPONENTS = ("tls", "default-runtime", "node-role-credentials", "gpu-operator-client")
+"""The components that apply to any overlay (test_components_render_on_every_overlay...)."""
+EXAMPLE_ENV = {"CLUSTER_NAME": "my-cluster", "AWS_REGION": "us-east-1"}
+"""What a user puts in the examples' podgpu-cloudwatch-env (they ship it empty on purpose)."""
 CHECKOV = ROOT / ".venv" / "checkov" / "bin" / "checkov"
 
 
@@ -39,6 +42,16 @@ def render_text(overlay: str) -> str:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, f"kubectl kustomize {overlay}: {out.stderr}"
     return out.stdout
+
+
+def configured(overlay: str, *components: str) -> tuple[dict[str, Any], ...]:
+    """An example overlay as a user runs it: its podgpu-cloudwatch-env filled in (EXAMPLE_ENV),
+    plus `components`."""
+    with_env = "cloudwatch" in overlay
+    return compose(tuple(components), resources=(overlay,), namespace=None,
+                   config_maps=(("podgpu-cloudwatch-env",
+                                 tuple(f"{k}={v}" for k, v in EXAMPLE_ENV.items())),)
+                   if with_env else (), merge=True)
 
 
 def render(overlay: str) -> list[dict[str, Any]]:
@@ -58,6 +71,44 @@ def render_with(overlay: str, *components: str) -> tuple[dict[str, Any], ...]:
         out = subprocess.run([tool("kubectl"), "kustomize", tmp], capture_output=True,
                              text=True, timeout=60)
     assert out.returncode == 0, f"kubectl kustomize {overlay} + {components}: {out.stderr}"
+    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
+
+
+def build(components: tuple[str, ...], *, resources: tuple[str, ...] = ("base",),
+          namespace: str | None = "podgpu", name_suffix: str | None = None,
+          config_maps: tuple[tuple[str, tuple[str, ...]], ...] = (),
+          images: tuple[tuple[str, str], ...] = (), merge: bool = False
+          ) -> subprocess.CompletedProcess[str]:
+    """`kubectl kustomize` of a user's own overlay, written as docs/deploy.md says: the given
+    resources (relative to deploy/kubernetes) and components, `namespace:`, `nameSuffix:`,
+    generated ConfigMaps (name, literals; `merge`: into a resource's ConfigMap of that name, as
+    a user sets the values of an example they build on) and `images:` (name, newName:newTag)."""
+    with tempfile.TemporaryDirectory(dir=KUSTOMIZE_ROOT.parent, prefix=".render-") as tmp:
+        up = os.path.relpath(KUSTOMIZE_ROOT, tmp)
+        kust: dict[str, Any] = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [f"{up}/{r}" for r in resources],
+            "components": [f"{up}/components/{c}" for c in components]}
+        if namespace:
+            kust["namespace"] = namespace
+        if name_suffix:
+            kust["nameSuffix"] = name_suffix
+        if config_maps:
+            kust["configMapGenerator"] = [
+                {"name": n, "literals": list(lit), **({"behavior": "merge"} if merge else {})}
+                for n, lit in config_maps]
+        if images:
+            kust["images"] = [{"name": n, "newName": ref.rsplit(":", 1)[0],
+                               "newTag": ref.rsplit(":", 1)[1]} for n, ref in images]
+        (Path(tmp) / "kustomization.yaml").write_text(yaml.safe_dump(kust))
+        return subprocess.run([tool("kubectl"), "kustomize", tmp], capture_output=True,
+                              text=True, timeout=60)
+
+
+@cache
+def compose(components: tuple[str, ...], **kw: Any) -> tuple[dict[str, Any], ...]:
+    out = build(components, **kw)
+    assert out.returncode == 0, f"kubectl kustomize {components} {kw}: {out.stderr}"
     return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
 
 

@@ -36,8 +36,8 @@ CHECKOV_SKIPS = {
     "CKV_K8S_40": "same as CKV_K8S_23 (UID 0 for the kubelet socket)",
     "CKV_K8S_38": "the service-account token is needed: the pod watch lists and watches this "
                   "node's pods (RBAC: get/list/watch on pods only)",
-    "CKV_K8S_43": "no published digest exists in the repository; pin one with `kustomize edit "
-                  "set image podgpu=REGISTRY/podgpu@sha256:...` in your overlay",
+    "CKV_K8S_43": "no image is published, so no digest can be named; the user pins theirs in "
+                  "the overlay's `images:` block (digest: sha256:...), docs/deploy.md",
     "CKV_K8S_15": "the tag is pinned; pull policy Always would make every restart of a node's "
                   "exporter depend on the registry",
 }
@@ -101,7 +101,9 @@ def test_servicemonitor_matches_the_prometheus_operator_crd() -> None:
     assert ep["honorLabels"] is True and ep["interval"] == "1s" and ep["port"] == "metrics"
     svc = one(render("overlays/prometheus-operator"), "Service")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
-    assert sm["spec"]["namespaceSelector"]["matchNames"] == [svc["metadata"]["namespace"]]
+    # no namespaceSelector: prometheus-operator then looks in the ServiceMonitor's own namespace
+    assert "namespaceSelector" not in sm["spec"]
+    assert sm["metadata"]["namespace"] == svc["metadata"]["namespace"]
     assert ep["port"] in [p["name"] for p in svc["spec"]["ports"]]
 
 
@@ -231,7 +233,7 @@ def test_scheduling_and_lifecycle(overlay: str) -> None:
     assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
     # Liveness and start-up on /health (200 while the driver is awaited or a GPU is lost),
     # readiness on /health/ready (503 while the driver is awaited); plain HTTP in the overlays,
-    # HTTPS with the web-config-tls component (test_components_render...).
+    # HTTPS with the tls component (test_components_render...).
     assert c["startupProbe"]["httpGet"]["path"] == "/health"
     assert c["readinessProbe"]["httpGet"]["path"] == "/health/ready"
     live = c["livenessProbe"]
@@ -258,7 +260,7 @@ def test_components_render_on_every_overlay_and_validate(overlay: str, component
             kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
     pod = one(objs, "DaemonSet")["spec"]["template"]["spec"]
     c = container(objs)
-    if component == "web-config-tls":
+    if component == "tls":
         assert {c[p]["httpGet"]["scheme"] for p in ("startupProbe", "livenessProbe",
                                                       "readinessProbe")} == {"HTTPS"}
         args = c["args"]
@@ -269,6 +271,8 @@ def test_components_render_on_every_overlay_and_validate(overlay: str, component
             "volumeMounts"]
     elif component == "default-runtime":
         assert "runtimeClassName" not in pod
+    elif component == "gpu-operator-client":
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.deploy.client": "true"}
     else:
         (imds,) = [o for o in objs if o["kind"] == "NetworkPolicy"
                    and o["metadata"]["name"] == "podgpu-imds"]
@@ -307,7 +311,7 @@ def test_dcgm_exporter_migration_looks_like_the_operators_exporter() -> None:
     assert errors == []
     assert sm["spec"]["jobLabel"] == "app"
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
-    assert sm["spec"]["namespaceSelector"]["matchNames"] == ["gpu-operator"]
+    assert "namespaceSelector" not in sm["spec"] and sm["metadata"]["namespace"] == "gpu-operator"
     (ep,) = sm["spec"]["endpoints"]
     # the chart's defaults for the operator's ServiceMonitor
     assert (ep["port"], ep["path"], ep["interval"], ep["scrapeTimeout"], ep["honorLabels"]) == (
@@ -316,20 +320,25 @@ def test_dcgm_exporter_migration_looks_like_the_operators_exporter() -> None:
 
 def test_cloudwatch_overlay() -> None:
     objs = render("overlays/cloudwatch")
-    here = ROOT / "deploy" / "kubernetes" / "overlays" / "cloudwatch" / "cwagent-config.json"
+    here = ROOT / "deploy" / "kubernetes" / "components" / "cloudwatch" / "cwagent-config.json"
     lead = ROOT / "deploy" / "cloudwatch" / "podgpu-declarations.json"
     assert here.read_text() == lead.read_text(), "copy deploy/cloudwatch/podgpu-declarations.json"
     sa = one(objs, "ServiceAccount")
-    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+    assert not sa["metadata"].get("annotations")  # no placeholder IRSA role (Pod Identity here)
     c = container(objs)
     args = c["args"]
     for flag, value in (("--cloudwatch-config", "/etc/podgpu/cloudwatch/cwagent-config.json"),
                         ("--cluster-name", "$(CLUSTER_NAME)"),
+                        ("--emf-namespace", "$(EMF_NAMESPACE)"),
                         ("--emf-label", "Service=nvidia-dcgm-exporter"),
                         ("--emf-spool-dir", "/var/lib/podgpu/emf-spool")):
         assert args[args.index(flag) + 1] == value
-    env = {e["name"] for e in c["env"]}
-    assert {"CLUSTER_NAME", "AWS_REGION"} <= env
+    env = {e["name"]: e for e in c["env"]}
+    assert {"CLUSTER_NAME", "AWS_REGION"} <= set(env)
+    assert env["EMF_NAMESPACE"]["value"] == "gpu-operator"  # the agent path's Namespace
+    (values,) = [o for o in objs if o["kind"] == "ConfigMap"
+                 and o["metadata"]["name"].startswith("podgpu-cloudwatch-env")]
+    assert values["data"] == {"CLUSTER_NAME": "", "AWS_REGION": ""}  # no placeholder cluster
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and "cwagent-config.json" in o["data"]]
     assert json.loads(cm["data"]["cwagent-config.json"]) == json.loads(lead.read_text())
 
@@ -375,7 +384,7 @@ def test_iam_policy_is_least_privilege() -> None:
         assert s["Resource"] != "*" and ":log-group:" in s["Resource"]
 
 
-def test_prometheus_operator_overlay_adds_only_the_servicemonitor() -> None:
+def test_prometheus_operator_overlay_adds_only_the_namespace_and_servicemonitor() -> None:
     base = {(o["kind"], o["metadata"]["name"]) for o in render("base")}
     po = {(o["kind"], o["metadata"]["name"]) for o in render("overlays/prometheus-operator")}
-    assert po - base == {("ServiceMonitor", "podgpu")}
+    assert po - base == {("ServiceMonitor", "podgpu"), ("Namespace", "podgpu")}

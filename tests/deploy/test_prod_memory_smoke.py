@@ -26,7 +26,8 @@ def test_bench_args_are_the_cloudwatch_overlays_daemonset_args() -> None:
     bench = ["serve", *(a.format(**in_container) for a in
                         prod_memory.DAEMONSET_ARGS + prod_memory.EMF_ARGS)]
     rendered = container(render("overlays/cloudwatch"))["args"]
-    assert bench == [a.replace("$(CLUSTER_NAME)", "bench") for a in rendered]
+    assert bench == [a.replace("$(CLUSTER_NAME)", "bench").replace("$(EMF_NAMESPACE)", "gpu-operator")
+                     for a in rendered]
 
 
 def test_prod_memory_runs_every_variant(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from podgpu.http.ready import FIRST_COLLECTION
 from podgpu.sim.backend import MODELS, SimulatedBackend
 from tests.conftest import FIXTURES, free_port
 from tests.deploy.contract import NODE_NAME, Launch, map_path, prepare
-from tests.deploy.render import OVERLAYS, ROOT, container, render, render_with
+from tests.deploy.render import OVERLAYS, ROOT, configured, container, render
 from tests.deploy.standins import (
     DUMMY_AWS,
     SHIM,
@@ -103,7 +103,7 @@ def wait_until(cond: Any, proc: subprocess.Popen[str], timeout: float, what: str
 
 
 def web_config(launch: Launch, work: Path) -> None:
-    """The Secret the web-config-tls component mounts: a web config serving TLS."""
+    """The Secret the tls component mounts: a web config serving TLS."""
     secret = launch.mounts["/etc/podgpu/web"]
     cert, key = self_signed(work)
     shutil.copy(cert, secret / "tls.crt")
@@ -153,11 +153,11 @@ def start(objs: list[dict[str, Any]], work: Path, sock: str, kube_api: KubeApi,
     return Started(proc, port, c, launch)
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["http", "web-config-tls"])
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "tls"])
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_daemonset_args_start_a_working_podgpu(overlay: str, tls: bool, tmp_path: Path,
                                                kube_api: KubeApi) -> None:
-    objs = list(render_with(overlay, "web-config-tls")) if tls else render(overlay)
+    objs = list(configured(overlay, "tls") if tls else configured(overlay))
     logs = LogsStandIn().start()
     with socket_path() as sock:
         kubelet = FakeKubelet(sock).start()
@@ -206,9 +206,10 @@ def check_emf(env: dict[str, str], logs: LogsStandIn, proc: subprocess.Popen[str
     doc = docs[0]
     assert doc["ClusterName"] == env["CLUSTER_NAME"] == "my-cluster"
     assert doc["Service"] == "nvidia-dcgm-exporter"
-    # Namespace is the scraped target's (podgpu's own, from the service-account namespace file)
-    # as the CloudWatch agent sets it (issue 18); the workload's is in `namespace`.
-    assert doc["Namespace"] == "podgpu" and doc["namespace"] == "ml", doc
+    # Namespace is the one the agent path sent (the scraped exporter's, gpu-operator: the
+    # cloudwatch component's EMF_NAMESPACE), though podgpu runs in podgpu; the workload's is in
+    # `namespace`.
+    assert doc["Namespace"] == "gpu-operator" and doc["namespace"] == "ml", doc
     dims = doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
     assert {"Service", "Namespace", "ClusterName", "job", "pod"} in [set(d) for d in dims]
     wait_until(lambda: any("DCGM_FI_DEV_GPU_UTIL" in json.dumps(d["_aws"]) for d in pod_docs()),
@@ -234,7 +235,8 @@ def test_every_overlay_waits_for_a_driver_that_appears_after_20_s(tmp_path: Path
             for overlay in OVERLAYS:
                 work = tmp_path / overlay.replace("/", "_")
                 work.mkdir()
-                runs[overlay] = start(render(overlay), work, sock, kube_api, logs, [], env)
+                runs[overlay] = start(list(configured(overlay)), work, sock, kube_api, logs, [],
+                                      env)
             ready: set[str] = set()
             deadline = appears + 40.0  # backoff reaches 10 s: ready well within this
             while len(ready) < len(runs) and time.time() < deadline:

@@ -107,7 +107,7 @@ def test_sighup_never_kills_podgpu_emf(address: str) -> None:
 
 @pytest.mark.parametrize("command", [["serve", "--simulate", "1"],
                                      ["emf", "--cloudwatch-config",
-                                      str(ROOT / "deploy/kubernetes/overlays/cloudwatch/cwagent-config.json"),
+                                      str(ROOT / "deploy/kubernetes/components/cloudwatch/cwagent-config.json"),
                                       "--scrape", "http://127.0.0.1:9/metrics",
                                       "--emf-destination", "stdout", "--cluster-name", "c"]])
 def test_sigint_during_start_up_ends_the_process(command: list[str]) -> None:
