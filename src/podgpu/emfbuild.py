@@ -174,5 +174,5 @@ def _build(settings: EmfSettings, *, node: str,
     queue = EventQueue(settings.queue_bytes, settings.spool_dir)
     log.info("%s: %s every %g s to %s (log group %s, stream %s), namespace %s", what,
              config.path, settings.interval, target, group, stream, config.namespace)
-    return EmfSink(source, sink_encoder, queue, destination,
-                   interval=settings.interval), cluster
+    return EmfSink(source, sink_encoder, queue, destination, interval=settings.interval,
+                   sample_every=settings.sample_interval), cluster

@@ -198,3 +198,37 @@ def test_burst_of_unmatched_changing_series_is_split_and_delivery_continues(
     assert sent <= len(lines)  # what /metrics counted as sent had reached stdout by then
     assert 'podgpu_emf_events_total{result="too_large"} 0' in metrics
     assert "Traceback" not in err
+
+
+def test_sample_interval_gives_one_sample_per_interval_like_a_scrape() -> None:
+    """--emf-sample-interval 2 at a 0.2 s collection and a 2 s EMF interval: every value the
+    events carry is a single sample (a plain number, no Values/Counts distribution), as the
+    agent path scraping every 2 s has it; the flag's default keeps every sample (~10)."""
+    def run(*extra: str) -> list[dict[str, Any]]:
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "podgpu", "serve", "--simulate", "1", "-a",
+             f"127.0.0.1:{port}", "-c", "200", "--cloudwatch-config", str(SEED),
+             "--emf-destination", "stdout", "--emf-interval", "2", "--cluster-name", "e2e",
+             "--emf-label", "Service=nvidia-dcgm-exporter", *extra],
+            env=podgpu_env(POD_NAMESPACE="gpu-operator"), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        out = Lines(proc)
+        try:
+            deadline = time.monotonic() + 30
+            while len({json.loads(x)["_aws"]["Timestamp"] for x in list(out.lines)}) < 4:
+                out.alive()
+                assert time.monotonic() < deadline, "no EMF on stdout"
+                time.sleep(0.2)
+        finally:
+            out.stop()
+        docs = [json.loads(x) for x in out.lines]
+        stamps = sorted({d["_aws"]["Timestamp"] for d in docs})
+        # whole intervals only: not the first (started late) nor the last (cut by SIGTERM)
+        return [d for d in docs if stamps[0] < d["_aws"]["Timestamp"] < stamps[-1]]
+
+    one = [d["DCGM_FI_DEV_GPU_UTIL"] for d in run("--emf-sample-interval", "2")
+           if "DCGM_FI_DEV_GPU_UTIL" in d]
+    every = [d["DCGM_FI_DEV_GPU_UTIL"] for d in run() if "DCGM_FI_DEV_GPU_UTIL" in d]
+    assert one and all(isinstance(v, int | float) for v in one), one
+    assert every and all(isinstance(v, dict) and v["Count"] > 1 for v in every), every

@@ -59,6 +59,7 @@ class EmfSink:
         destination: Destination,
         *,
         interval: float,
+        sample_every: float = 0.0,
         sender: Sender | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -66,7 +67,7 @@ class EmfSink:
         self._encoder = encoder
         self._queue = queue
         self._dest = destination
-        self._acc = WindowAccumulator(interval, encoder.wanted)
+        self._acc = WindowAccumulator(interval, encoder.wanted, sample_every)
         self._sender = sender or Sender(destination, queue, clock=clock, interval=interval)
         self._handoff = Handoff(queue)  # bounded: a stuck send cannot pile windows up
         self._drain_lock = threading.Lock()

@@ -7,6 +7,12 @@ series only seeds, a value below the previous one is a reset and sends the new v
 taken per sample and kept as a distribution, so the interval's Sum is the increase and Max the
 largest one-cycle step. Windows are aligned to the wall clock (multiples of the interval since the
 epoch), so each label set has one event per interval and a minute's samples land in that minute.
+
+With `sample_every` (`--emf-sample-interval`) only the first cycle of each `sample_every`-second
+slot of the clock is kept, as a scrape every `sample_every` seconds would see the series: gauges
+get one value per slot and counters one delta per kept sample (the increase since the previous
+kept one), so SampleCount, Average, Max and Min are the CloudWatch agent path's at that scrape
+interval.
 """
 
 from __future__ import annotations
@@ -35,10 +41,13 @@ class ClosedWindow:
 class WindowAccumulator:
     """Collects series into the current window; hands back the previous one when it closes."""
 
-    def __init__(self, interval: float, wanted: Callable[[LabelKey, str], bool]) -> None:
+    def __init__(self, interval: float, wanted: Callable[[LabelKey, str], bool],
+                 sample_every: float = 0.0) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
         self._interval = interval
+        self._every = sample_every
+        self._slot: int | None = None
         self._wanted = wanted
         self._start: float | None = None
         self._groups: Groups = {}
@@ -62,6 +71,11 @@ class WindowAccumulator:
             closed = self.close()
         if self._start is None or start > self._start:
             self._start = start
+        if self._every > 0:  # one sample per slot, as a scrape every `sample_every` s
+            slot = math.floor(taken_at / self._every)
+            if self._slot is not None and slot <= self._slot:
+                return closed
+            self._slot = slot
         # A snapshot older than the open window (clock stepped back) joins the open window.
         groups, last = self._groups, self._last
         for key, kind, items in series:
@@ -100,6 +114,6 @@ class WindowAccumulator:
         self._groups = {}
         # Forget counters not seen in this window or the one before: a series that went away
         # seeds again when it returns (the agent's cache forgets after 5 minutes).
-        horizon = start - self._interval
+        horizon = start - max(self._interval, self._every)
         self._last = {k: v for k, v in self._last.items() if v[1] >= horizon}
         return ClosedWindow(start, groups) if groups else None

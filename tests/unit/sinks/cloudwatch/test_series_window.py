@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
 from podgpu.sinks.cloudwatch.series import COUNTER, GAUGE, SeriesOptions
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
 from tests.unit.sinks.cloudwatch.simnode import LABELS, SimNode, flat
@@ -124,3 +128,51 @@ def test_unwanted_series_are_not_kept() -> None:
     acc.add(0.0, [((), GAUGE, [("a", 1.0), ("b", 2.0)])])
     closed = acc.close()
     assert closed is not None and closed.groups == {(): {"a": [1.0]}}
+
+
+def agent_path(times: list[float], scrape: float, interval: float,
+               gauge: Callable[[float], float], counter: Callable[[float], float]
+               ) -> dict[float, tuple[list[float], list[float]]]:
+    """The agent path restated: a scrape at the first collection of every `scrape`-second slot
+    reads the exporter's values; it sends each gauge value and each counter's increase since the
+    previous scrape (the first scrape only seeds), one event per scrape, which CloudWatch
+    aggregates into the `interval`-second period holding the scrape."""
+    out: dict[float, tuple[list[float], list[float]]] = {}
+    prev_slot, prev_counter = None, None
+    for t in times:
+        slot = t // scrape
+        if slot == prev_slot:
+            continue
+        prev_slot = slot
+        gauges, deltas = out.setdefault(t // interval * interval, ([], []))
+        gauges.append(gauge(t))
+        if prev_counter is not None:
+            deltas.append(counter(t) - prev_counter)
+        prev_counter = counter(t)
+    return out
+
+
+@pytest.mark.parametrize("scrape", [60.0, 15.0, 120.0])
+def test_one_sample_per_interval_gives_the_agent_paths_statistics(scrape: float) -> None:
+    key = (("gpu", "0"),)
+    acc = WindowAccumulator(60.0, lambda k, n: True, sample_every=scrape)
+    start = 1_800_000_000.0 - 1_800_000_000.0 % 3600 + 0.25  # cycles 0.25 s past each second
+
+    def gauge(t: float) -> float:
+        return float(int(t) % 7)
+
+    def counter(t: float) -> float:
+        return 3.0 * (t - start) + ((t - start) // 13) ** 2  # increasing, uneven steps
+
+    times = [start + i for i in range(600)]
+    got: dict[float, tuple[list[float], list[float]]] = {}
+    for t in times:
+        closed = acc.add(t, [(key, GAUGE, [("g", gauge(t))]), (key, COUNTER, [("c", counter(t))])])
+        if closed is not None:
+            got[closed.start] = (closed.groups.get(key, {}).get("g", []),
+                                 closed.groups.get(key, {}).get("c", []))
+    want = agent_path(times, scrape, 60.0, gauge, counter)
+    assert got == {w: v for w, v in want.items() if w < times[-1] // 60 * 60}
+    # one sample per minute: SampleCount 1, a counter's one value its minute's increase
+    if scrape == 60.0:
+        assert all(len(g) == 1 and len(c) <= 1 for g, c in got.values())
