@@ -11,6 +11,7 @@ from typing import Any
 from podgpu.config.values import choice
 from podgpu.errors import ConfigError
 from podgpu.options import Option, go_flags, go_int, go_ms, new_parser, resolve
+from podgpu.plan.insights import InsightsEstimate, estimate_insights
 from podgpu.plan.model import (
     DEFAULT_INGEST_PER_GB,
     DEFAULT_METRIC_TIERS,
@@ -72,6 +73,10 @@ OPTIONS: tuple[Option, ...] = (
            f"prices as of {PRICES_AS_OF}"),
     Option(("--ingest-price",), "ingest_price", None, DEFAULT_INGEST_PER_GB,
            "$ per GB of log ingestion", _float, metavar="PRICE"),
+    Option(("--ci-observation-price",), "ci_observation_price", None, None,
+           "$ per million observations of Container Insights with enhanced observability, for "
+           "the --emf-container-insights profile's line (AWS bills those per observation; the "
+           "price is not built in)", _float, metavar="PRICE", shown="none: observations only"),
     Option(("--format",), "format", None, "table", "table or json", choice("table", "json"),
            metavar="table|json"),
 )
@@ -145,7 +150,20 @@ def build(args: argparse.Namespace) -> Estimate:
     return estimate(shape, config, opts)
 
 
-def as_dict(e: Estimate) -> dict[str, Any]:
+def insights(args: argparse.Namespace, e: Estimate) -> InsightsEstimate:
+    """The Container Insights profile's events, bytes and observations for the same shape."""
+    price = args.ci_observation_price
+    if price is not None and price < 0:
+        raise ConfigError("--ci-observation-price must be >= 0")
+    from podgpu.fields.metriclist import load_default
+
+    return estimate_insights(e.shape, load_default(), cluster=args.cluster_name,
+                             emf_interval=args.emf_interval,
+                             collect_interval=args.collect_interval, days=e.options.days,
+                             price_per_million=price)
+
+
+def as_dict(e: Estimate, ci: InsightsEstimate | None = None) -> dict[str, Any]:
     minutes = e.minutes
     out: dict[str, Any] = {
         "shape": {"nodes": e.shape.nodes, "gpus_per_node": e.shape.gpus_per_node,
@@ -170,10 +188,17 @@ def as_dict(e: Estimate) -> dict[str, Any]:
             "metrics_dollars": round(p.metrics_dollars, 2),
             "ingest_dollars": round(p.ingest_dollars, 2),
             "total_dollars": round(p.metrics_dollars + p.ingest_dollars, 2)}
+    if ci is not None:
+        out["container_insights"] = {
+            "events_per_minute": round(ci.events_per_minute),
+            "put_log_events_bytes": round(ci.bytes_per_minute * minutes),
+            "observations_in_period": round(ci.observations_in_period),
+            "price_per_million_observations": ci.price_per_million,
+            "dollars": None if ci.dollars is None else round(ci.dollars, 2)}
     return out
 
 
-def table(e: Estimate) -> str:
+def table(e: Estimate, ci: InsightsEstimate | None = None) -> str:
     d = as_dict(e)
     s = e.shape
     rows: list[tuple[str, ...]] = [("per month (" + f"{e.options.days:g} days)", *(
@@ -213,6 +238,15 @@ def table(e: Estimate) -> str:
                  "it makes the same custom metrics as podgpu; it also ingests every undeclared "
                  "series as logs, one event per label set per scrape; see docs/cloudwatch.md, "
                  "'Reading podgpu plan'.")
+    if ci is not None:
+        cost = (f"${ci.dollars:,.2f} at ${ci.price_per_million:g} per million observations"
+                if ci.dollars is not None and ci.price_per_million is not None
+                else "priced with --ci-observation-price ($ per million; AWS bills enhanced "
+                     "observability per observation)")
+        lines.append(f"Container Insights profile (--emf-container-insights): "
+                     f"{ci.events_per_minute:,.0f} events/min, "
+                     f"{ci.bytes_per_minute * e.minutes / 1e9:,.1f} GB, "
+                     f"{ci.observations_in_period / 1e6:,.1f} M observations per month: {cost}.")
     return "\n".join(lines)
 
 
@@ -220,5 +254,6 @@ def main(argv: Sequence[str]) -> int:
     """`podgpu plan [flags]`; errors reach cli.main's one exit-status mapping."""
     args = parse_args(argv)
     e = build(args)
-    print(json.dumps(as_dict(e), indent=2) if args.format == "json" else table(e))
+    ci = insights(args, e)
+    print(json.dumps(as_dict(e, ci), indent=2) if args.format == "json" else table(e, ci))
     return 0

@@ -17,6 +17,7 @@ from podgpu.attribution.workload import GPU_RESOURCE, PodGpus
 from podgpu.collect import Collector
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import lookup
+from podgpu.fields.field import Field
 from podgpu.fields.metriclist import MetricList
 from podgpu.model import Allocation, ContainerRef, Sample, Snapshot
 from podgpu.sim.backend import MODELS, ModelSpec, SimulatedBackend
@@ -124,7 +125,9 @@ class SimNode:
     """A node of the shape driven by a fake clock (seconds since the epoch, moved by `advance`)."""
 
     def __init__(self, shape: Shape, metrics: MetricList, node: int, generation: int = 0,
-                 start: float = 1_800_000_000.0) -> None:
+                 start: float = 1_800_000_000.0, fields: tuple[Field, ...] | None = None
+                 ) -> None:
+        """`fields`: what to collect, when not the list's (the Container Insights profile's)."""
         self.shape = shape
         self.name = node_name(node)
         self.now = start
@@ -132,7 +135,8 @@ class SimNode:
         self._backend = SimulatedBackend(shape.gpus_per_node, MODELS[shape.gpu_model.upper()],
                                          clock=lambda: self.now, scenario=scenario)
         self._backend.open()
-        self._collector = Collector(self._backend, metrics.fields,
+        self.scenario = scenario
+        self._collector = Collector(self._backend, fields or metrics.fields,
                                     attributor=SimulatedAttributor(scenario),
                                     want_processes=True, clock=lambda: self.now)
 

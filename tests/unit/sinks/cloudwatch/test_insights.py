@@ -243,3 +243,22 @@ def test_flag_and_its_checks() -> None:
         build_agent(parse_serve_args(["--simulate", "1", "--emf-container-insights",
                                       "--cluster-name", "c", "--emf-destination",
                                       "udp://127.0.0.1:25888"], {"NODE_NAME": "n"}))
+
+
+def test_plan_prices_the_profile_per_observation_from_the_events_it_sends() -> None:
+    from podgpu.fields.metriclist import load_default
+    from podgpu.plan.cli import main, parse_args
+    from podgpu.plan.insights import estimate_insights
+    from podgpu.sim.node import Shape
+
+    e = estimate_insights(Shape(nodes=10, gpus_per_node=2), load_default(), cluster="c",
+                          emf_interval=60.0, collect_interval=1.0, days=30.0,
+                          price_per_million=0.5)
+    # per node and minute: 2 GPUs x (node + container + pod) events, 2 pods' Type: Pod events
+    # and the Type: Node event; 2 x 7 x 3 GPU values + 2 x 4 pod + 3 node capacity values
+    assert e.events_per_minute == 10 * (2 * 3 + 2 + 1)
+    assert e.observations_per_minute == 10 * (2 * 7 * 3 + 2 * 4 + 3)
+    assert e.dollars == pytest.approx(e.observations_per_minute * 30 * 1440 / 1e6 * 0.5)
+    assert parse_args(["--ci-observation-price", "0.5"]).ci_observation_price == 0.5
+    with pytest.raises(ConfigError, match="--ci-observation-price"):
+        main(["--nodes", "1", "--ci-observation-price", "-1"])
