@@ -18,7 +18,7 @@ The stand-ins churn a non-GPU pod every 15 s so the pod watch and the join see c
 
     PYTHONPATH=src python3 bench/prod_memory.py --duration 600 --out bench/results/prod-memory.json
 
-podgpu itself needs what the image has (requirements.lock: aiohttp, nvidia-ml-py, bcrypt, PyYAML,
+podgpu itself needs what the image has (requirements.lock: h11, nvidia-ml-py, bcrypt, PyYAML,
 google-re2, grpclib, protobuf, botocore and their dependencies); the stand-ins need grpcio (the
 kubelet stand-in is a real grpcio server, in this process, not in podgpu's) and the `openssl`
 command (the API stand-in's certificate). Compile podgpu's bytecode first
@@ -64,6 +64,9 @@ EMF_ARGS = ["--cloudwatch-config", "{cw_config}", "--cluster-name", "bench",
             "--emf-namespace", "gpu-operator",
             "--emf-label", "Service=nvidia-dcgm-exporter", "--emf-spool-dir", "{spool}"]
 VARIANTS = ("production", "kubelet+podwatch", "kubelet", "bare")
+INSIGHTS = "production+insights"
+"""Not run by default: production with --emf-container-insights (its Node object served by the
+API stand-in), for `--variants production,production+insights`."""
 
 
 def gpu_uuids() -> list[str]:
@@ -147,7 +150,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     variants = [v for v in args.variants.split(",") if v]
-    assert set(variants) <= set(VARIANTS), variants
+    assert set(variants) <= {*VARIANTS, INSIGHTS}, variants
     uuids = [] if args.simulate else gpu_uuids()
     if uuids:
         backend = []
@@ -159,6 +162,10 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="pgmem"))
     kubelet = FakeKubelet(str(work / "kubelet.sock")).start()
     api = KubeApi().start()
+    api.fake.nodes[NODE] = {"metadata": {"name": NODE, "labels": {
+        "node.kubernetes.io/instance-type": "p5.48xlarge"}},
+        "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0"},
+        "status": {"capacity": {"nvidia.com/gpu": "8"}}}
     logs = LogsStandIn().start()
     others = [FakePod("kube-system", f"daemon-{i}", [FakeContainer("c")]) for i in range(25)]
     kubelet.set_pods([gpu_pod("default", "gpu-burn-6c9d8f7b5-x2x7q", "main", "nvidia.com/gpu",
@@ -184,9 +191,11 @@ def main() -> int:
         env = dict(base_env)
         if v != "bare":
             env["NODE_NAME"] = NODE
-        if v == "production":
+        if v in ("production", INSIGHTS):
             argv += [a.format(**paths) for a in EMF_ARGS]
             env.update(DUMMY_AWS, AWS_REGION="us-east-1", PODGPU_EMF_ENDPOINT_URL=logs.url)
+        if v == INSIGHTS:
+            env["PODGPU_EMF_CONTAINER_INSIGHTS"] = "true"
         if v in ("kubelet", "bare"):
             env.pop("NODE_NAME", None)
             cmd = [sys.executable, "-m", "podgpu", "serve"]

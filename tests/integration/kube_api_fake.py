@@ -49,6 +49,8 @@ class FakeKubeApi:
         """A watch from a resourceVersion below this is answered HTTP 410 Gone."""
         self.configmaps: dict[tuple[str, str], dict[str, str]] = {}
         """(namespace, name) -> data, served at /api/v1/namespaces/NS/configmaps/NAME."""
+        self.nodes: dict[str, dict[str, Any]] = {}
+        """name -> Node object, served at /api/v1/nodes/NAME (404 for any other)."""
         self.events: list[tuple[int, dict[str, Any]]] = []
         """Every change with its resourceVersion: a watch from version V replays those after V."""
         self._watchers: list[queue.Queue[dict[str, Any] | None]] = []
@@ -135,6 +137,10 @@ class FakeKubeApi:
                                      "message": "Unauthorized"})
                     return
                 parts = url.path.strip("/").split("/")
+                if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
+                    node = api.nodes.get(parts[3])
+                    self._json(200 if node else 404, node or {"kind": "Status", "code": 404})
+                    return
                 if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 \
                         and parts[4] == "configmaps":
                     self._configmap(parts[3], parts[5])

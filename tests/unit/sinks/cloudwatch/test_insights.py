@@ -262,3 +262,27 @@ def test_plan_prices_the_profile_per_observation_from_the_events_it_sends() -> N
     assert parse_args(["--ci-observation-price", "0.5"]).ci_observation_price == 0.5
     with pytest.raises(ConfigError, match="--ci-observation-price"):
         main(["--nodes", "1", "--ci-observation-price", "-1"])
+
+
+def test_node_lookup_reads_the_own_node_once_through_the_api() -> None:
+    from podgpu.attribution.kubeapi import KubeConfig
+    from podgpu.attribution.nodeinfo import NodeLookup
+    from tests.integration.kube_api_fake import FakeKubeApi
+
+    api = FakeKubeApi().start()
+    try:
+        api.nodes["n1"] = {"metadata": {"name": "n1", "labels": {
+            "node.kubernetes.io/instance-type": "p5e.48xlarge"}},
+            "spec": {"providerID": "aws:///us-east-1a/i-0feedface"},
+            "status": {"capacity": {"nvidia.com/gpu": "8"}}}
+        lookup = NodeLookup("n1", configuration=KubeConfig(api.url))
+        lookup.start(wait_seconds=10)
+        lookup.close()
+        assert lookup.current() == NodeObject("n1", "i-0feedface", "p5e.48xlarge", 8)
+        assert [r["path"] for r in api.requests] == [["/api/v1/nodes/n1"]]  # one GET, no list
+        missing = NodeLookup("n2", configuration=KubeConfig(api.url))
+        missing.start(wait_seconds=10)
+        missing.close()
+        assert missing.current().instance_id == "" and "404" in missing.reason
+    finally:
+        api.stop()
