@@ -40,8 +40,8 @@ def test_a_bad_spool_dir_is_exit_2_and_one_line(tmp_path: Path, command: list[st
 
 
 def test_a_fifo_and_a_dev_zero_link_in_the_spool_do_not_stop_the_start(tmp_path: Path) -> None:
-    os.mkfifo(tmp_path / "000001700000000-1-000001.jsonl")
-    (tmp_path / "000001700000001-1-000002.jsonl").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "podgpu-emf-001700000000000-1-000001.jsonl")
+    (tmp_path / "podgpu-emf-001700000000001-1-000002.jsonl").symlink_to("/dev/zero")
     serve = ServeProcess("--simulate", "1", *EMF, "--emf-spool-dir", str(tmp_path))
     try:
         serve.wait_ready(timeout=20)

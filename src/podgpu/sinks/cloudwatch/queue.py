@@ -2,9 +2,10 @@
 
 A segment is one interval's events (they share one timestamp). Nothing is dropped while the bound
 holds; past it the oldest events go first and each one is counted. With a spool directory every
-segment is also a file (`<timestamp_ms>-<seq>.jsonl`, written atomically) that is deleted once its
-last event is acknowledged, so a restarted pod (spool on a hostPath) sends what it had not sent.
-A crash between a send and the file's deletion resends that segment: delivery is at least once,
+segment is also a file (`podgpu-emf-<timestamp_ms>-<pid>-<seq>.jsonl`, written atomically) that
+is deleted once its last event is acknowledged, so a restarted pod (spool on a hostPath) sends
+what it had not sent. A crash between a send and the file's deletion resends that segment:
+delivery is at least once,
 as EMF itself promises (reference/cloudwatch.md §4). What the spool directory may hold, and how it
 is read back within the bound, is spool.py's.
 
@@ -182,7 +183,7 @@ class EventQueue:
     def _write(self, timestamp_ms: int, events: list[str]) -> str | None:
         assert self._spool is not None
         self._seq += 1
-        name = f"{timestamp_ms:015d}-{os.getpid()}-{self._seq:06d}.jsonl"
+        name = spool.segment_name(timestamp_ms, os.getpid(), self._seq)
         return spool.write(self._spool, name, events)
 
     def _unlink(self, seg: Segment) -> None:
@@ -202,6 +203,10 @@ class EventQueue:
         gone = found.over_bound + found.invalid
         self.accepted += loaded + gone
         self.dropped += gone
+        if found.foreign:
+            log.info("EMF spool: %d entr%s of %s not named as podgpu names its files: left "
+                     "alone (never read, sent or deleted)", found.foreign,
+                     "y" if found.foreign == 1 else "ies", self._spool)
         for what in found.skipped[:10]:
             log.warning("EMF spool: skipped %s", what)
         if len(found.skipped) > 10:

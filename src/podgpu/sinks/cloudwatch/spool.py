@@ -11,8 +11,15 @@ The directory is usually a hostPath shared with earlier runs, so what is in it i
   as the queue would have dropped them; a line longer than an event can be is never held whole;
 - every line is **validated** before it can be sent: a JSON object with an `_aws.Timestamp` or
   a `Timestamp` number, at most MAX_EVENT_BYTES; other lines are dropped and counted;
-- **temporary files** (`*.tmp`, left by a crash or a full disk) are removed at start, and a write
-  that fails removes its own.
+- **only podgpu's own files are touched**: segments are named `podgpu-emf-<timestamp_ms>-<pid>-
+  <seq>.jsonl` (temporary ones end `.jsonl.tmp`); any other entry in the directory (another
+  program's `.jsonl` or `.tmp`, a file of an earlier podgpu naming) is never read, sent or
+  deleted, only counted in one log line. A directory shared with other programs therefore works,
+  though a directory of its own is the documented setup;
+- **temporary files** of podgpu's naming (left by a crash or a full disk) are removed at start,
+  and a write that fails removes its own;
+- loaded events are charged their **memory** against the bound (the text plus the cost of
+  holding one event), so a spool of tiny events cannot take several times the bound.
 """
 
 from __future__ import annotations
@@ -36,8 +43,18 @@ EVENT_OVERHEAD = 26  # PutLogEvents counts 26 bytes per event on top of the mess
 MAX_EVENT_BYTES = 256 * 1024 - EVENT_OVERHEAD
 """The largest message the encoder writes (the agent's 256 KiB cap, message + 26)."""
 READ_CHUNK = 1 << 20
-NAME = re.compile(r"^(\d{1,16})-[0-9A-Za-z_-]{1,64}\.jsonl$")
-"""`<timestamp_ms>-<pid>-<seq>.jsonl`, as `write` names them."""
+PREFIX = "podgpu-emf-"
+NAME = re.compile(r"^podgpu-emf-(\d{15})-\d{1,10}-\d{6,12}\.jsonl$")
+"""`podgpu-emf-<timestamp_ms>-<pid>-<seq>.jsonl`, as `segment_name` names them."""
+TEMP = re.compile(r"^podgpu-emf-\d{15}-\d{1,10}-\d{6,12}\.jsonl\.tmp$")
+HELD_OVERHEAD = 96
+"""Bytes of memory one loaded event costs besides its text (a str object's header, its list
+slot, its size as an int), charged against the bound while loading."""
+
+
+def segment_name(timestamp_ms: int, pid: int, seq: int) -> str:
+    """The file name of one segment: only names of this form are ever read or deleted."""
+    return f"{PREFIX}{timestamp_ms:015d}-{pid}-{seq:06d}.jsonl"
 
 
 @dataclass(slots=True)
@@ -54,6 +71,8 @@ class Loaded:
     skipped: list[str] = field(default_factory=list)
     """Entries that are not regular files, or could not be read."""
     temp_removed: int = 0
+    foreign: int = 0
+    """Entries not named as podgpu names its files: left alone."""
 
 
 def prepare(path: str) -> None:
@@ -135,13 +154,14 @@ def load(path: str, budget: int) -> Loaded:
     found: list[tuple[int, str]] = []
     with os.scandir(path) as it:
         for entry in it:
-            if entry.name.endswith(".tmp"):
+            if TEMP.match(entry.name):
                 if entry.is_file(follow_symlinks=False):
                     remove(entry.path)
                     out.temp_removed += 1
                 continue
             m = NAME.match(entry.name)
             if m is None:
+                out.foreign += 1
                 continue
             if not entry.is_file(follow_symlinks=False):
                 out.skipped.append(f"{entry.path} (not a regular file)")
@@ -162,24 +182,28 @@ def load(path: str, budget: int) -> Loaded:
                 out.over_bound += count_lines(fh)
                 remove(file)
                 continue
-            events: deque[tuple[str, int]] = deque()
+            events: deque[str] = deque()
+            sizes: deque[int] = deque()
             size = 0
             for line in _lines(fh):
                 event = valid_event(line) if line is not None else None
                 if event is None:
                     out.invalid += 1
                     continue
-                n = len(line) + EVENT_OVERHEAD if line is not None else 0
-                events.append((event, n))
+                n = len(line) + EVENT_OVERHEAD + HELD_OVERHEAD if line is not None else 0
+                events.append(event)
+                sizes.append(n)
                 size += n
                 while size > budget and events:  # this file's oldest events go first
-                    size -= events.popleft()[1]
+                    events.popleft()
+                    size -= sizes.popleft()
                     out.over_bound += 1
         if not events:
             remove(file)
             continue
         budget -= size
-        out.segments.append((ts, [e for e, _ in events], file))
+        out.segments.append((ts, list(events), file))
+        del events, sizes
     out.segments.reverse()
     return out
 

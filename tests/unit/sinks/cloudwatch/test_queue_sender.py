@@ -17,6 +17,7 @@ from podgpu.sinks.cloudwatch.destinations import (
 )
 from podgpu.sinks.cloudwatch.queue import EVENT_OVERHEAD, EventQueue
 from podgpu.sinks.cloudwatch.sender import MAX_AGE_MS, Sender
+from podgpu.sinks.cloudwatch.spool import HELD_OVERHEAD, segment_name
 from tests.conftest import FakeClock
 
 
@@ -83,14 +84,14 @@ def test_spool_survives_a_restart_and_acked_segments_are_deleted(tmp_path: Path)
 
 def test_spool_bound_applies_on_load(tmp_path: Path) -> None:
     EventQueue(1 << 20, str(tmp_path)).put(1, emf(10))
-    small = EventQueue(3 * (len(emf(1)[0]) + EVENT_OVERHEAD), str(tmp_path))
+    small = EventQueue(3 * (len(emf(1)[0]) + EVENT_OVERHEAD + HELD_OVERHEAD), str(tmp_path))
     assert len(small) == 3 and small.dropped == 7 and small.accepted == 10
     assert [m for _, m, _ in small.peek(10, 1 << 20, 1 << 40)] == emf(10)[7:]  # the newest
 
 
 def test_unreadable_spool_file_is_skipped(tmp_path: Path) -> None:
     (tmp_path / "garbage-1.jsonl").write_text("x\n")
-    (tmp_path / "000000000000001-1-000001.jsonl").write_bytes(b"\xff\xfe\n")
+    (tmp_path / segment_name(1, 1, 1)).write_bytes(b"\xff\xfe\n")
     assert len(EventQueue(1 << 20, str(tmp_path))) == 0
 
 

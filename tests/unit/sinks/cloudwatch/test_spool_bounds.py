@@ -14,7 +14,12 @@ import pytest
 
 from podgpu.errors import ConfigError
 from podgpu.sinks.cloudwatch.queue import EVENT_OVERHEAD, EventQueue
-from podgpu.sinks.cloudwatch.spool import MAX_EVENT_BYTES, valid_event
+from podgpu.sinks.cloudwatch.spool import (
+    HELD_OVERHEAD,
+    MAX_EVENT_BYTES,
+    segment_name,
+    valid_event,
+)
 
 MIB = 1 << 20
 
@@ -23,8 +28,8 @@ def emf(n: int, tag: str = "e", pad: int = 0) -> list[str]:
     return [f'{{"_aws":{{"Timestamp":0}},"v":"{tag}{i:06d}","p":"{"x" * pad}"}}' for i in range(n)]
 
 
-def seg(ts: int, seq: int = 1) -> str:
-    return f"{ts:015d}-1-{seq:06d}.jsonl"
+def seg(ts: int, seq: int = 1, pid: int = 1) -> str:
+    return segment_name(ts, pid, seq)
 
 
 def load(path: Path, max_bytes: int = MIB, timeout: float = 10.0) -> EventQueue:
@@ -57,7 +62,7 @@ def test_a_fifo_a_device_link_and_a_link_out_are_skipped_not_read(tmp_path: Path
 
 
 def test_loading_is_bounded_newest_first_and_the_rest_counted(tmp_path: Path) -> None:
-    one = len(emf(1, "f00-", 1000)[0]) + EVENT_OVERHEAD
+    one = len(emf(1, "f00-", 1000)[0]) + EVENT_OVERHEAD + HELD_OVERHEAD
     for i in range(40):  # 40 files of 100 events of ~1 KiB: ~4 MiB on disk
         (tmp_path / seg(1000 * (i + 1))).write_text("\n".join(emf(100, f"f{i:02d}-", 1000)) + "\n")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -96,11 +101,12 @@ def test_valid_event_bounds() -> None:
 
 def test_temp_files_are_cleaned_at_start_and_after_a_failed_write(tmp_path: Path) -> None:
     (tmp_path / (seg(1000) + ".tmp")).write_bytes(b"")
-    (tmp_path / "other.tmp").write_bytes(b"half")
+    (tmp_path / "other.tmp").write_bytes(b"half")  # another program's: left alone
     q = load(tmp_path)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["other.tmp"]
+    (tmp_path / "other.tmp").unlink()
     # the next segment's final name is taken by a directory: the rename fails like a full disk
-    blocked = tmp_path / f"{2000:015d}-{os.getpid()}-{1:06d}.jsonl"
+    blocked = tmp_path / seg(2000, 1, os.getpid())
     blocked.mkdir()
     assert q.put(2000, emf(2)) == 0
     assert len(q) == 2  # the in-memory queue goes on
@@ -125,8 +131,41 @@ def test_at_shutdown_events_whose_file_was_not_written_are_counted(tmp_path: Pat
 
     q = EventQueue(MIB, str(tmp_path))
     q.put(1000, emf(3, "a"))
-    (tmp_path / f"{2000:015d}-{os.getpid()}-{2:06d}.jsonl").mkdir()  # this write fails
+    (tmp_path / seg(2000, 2, os.getpid())).mkdir()  # this write fails
     q.put(2000, emf(2, "b"))
     assert Sender(FakeDestination(), q).finish(spooled=True) == 5
     assert q.dropped == 2 and q.accepted == 5 and len(q) == 3
     assert len(EventQueue(MIB, str(tmp_path))) == 3  # what a restart finds
+
+
+def test_foreign_files_are_never_read_sent_or_deleted(tmp_path: Path) -> None:
+    """A mistyped `--emf-spool-dir /var/tmp`: another program's `.jsonl` with a Timestamp line,
+    its `.tmp` files and names of podgpu's old form (`<digits>-<name>.jsonl`) were loaded, sent or
+    deleted at start. Now only podgpu's own names are touched."""
+    foreign = {"1700000000000-backup.jsonl": "\n".join(emf(2, "theirs")) + "\n",
+               "session.tmp": "x", "000000000001000-1-000001.jsonl": "\n".join(emf(1)) + "\n",
+               "podgpu-emf-notes.jsonl": "\n".join(emf(1)) + "\n",
+               seg(5000) + ".bak": "\n".join(emf(1)) + "\n"}
+    for name, text in foreign.items():
+        (tmp_path / name).write_text(text)
+    mine = emf(2, "mine")
+    (tmp_path / seg(4000)).write_text("\n".join(mine) + "\n")
+    q = load(tmp_path)
+    assert queued(q) == mine and q.accepted == 2
+    assert {p.name: p.read_text() for p in tmp_path.iterdir() if p.name in foreign} == foreign
+
+
+def test_loaded_tiny_events_cost_at_most_about_twice_the_bound(tmp_path: Path) -> None:
+    """64 MiB of tiny events cost +232 MiB (3.6x the bound) when only their text was charged."""
+    import tracemalloc
+
+    tiny = '{"Timestamp":1}'
+    for i in range(8):
+        (tmp_path / seg(1000 + i)).write_text((tiny + "\n") * 100_000)
+    bound = 4 * MIB
+    tracemalloc.start()
+    q = load(tmp_path, max_bytes=bound, timeout=120)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert 0 < len(q) < 800_000 and q.dropped == 800_000 - len(q)
+    assert held <= 2 * bound, held
