@@ -20,6 +20,10 @@ PUMP_BUDGET seconds so closed windows keep being encoded and queued.
 `health()` is the `emf` entry of /health: `stalled` when the oldest unsent event is older than
 four intervals plus the deadline (sends stopped succeeding, or succeed too slowly to keep up),
 back to `ok` once the backlog is sent. `finish()` accounts for every event at shutdown.
+
+At shutdown `retry_now()` ends a running backoff and `pump(deadline=...)` bounds each send by
+what is left of the grace period, so SIGTERM always makes one final attempt, even when the last
+failure's backoff (up to 60 s) is longer than the grace (5 s).
 """
 
 from __future__ import annotations
@@ -152,6 +156,10 @@ class Sender:
                 "".join(f" + {p}" for p in parts), left)
         return left
 
+    def retry_now(self) -> None:
+        """End the backoff: the next `pump` attempts at once (the final attempt at shutdown)."""
+        self._next_attempt = 0.0
+
     def pump(self, deadline: float | None = None) -> float | None:
         """Send due batches until the queue is empty, a send fails, or `deadline` passes.
 
@@ -169,11 +177,13 @@ class Sender:
                                      MAX_SPAN_MS)
             if not batch:
                 return None
-            if not self._send([(ts, m) for ts, m, _ in batch]):
+            timeout = self._timeout if deadline is None else min(
+                self._timeout, max(0.1, deadline - now))  # a final send within the grace
+            if not self._send([(ts, m) for ts, m, _ in batch], timeout):
                 return max(0.0, self._next_attempt - self._clock())
 
-    def _call(self, batch: Sequence[tuple[int, str]]) -> int:
-        """`destination.send(batch)` within the deadline, on a helper thread."""
+    def _call(self, batch: Sequence[tuple[int, str]], timeout: float) -> int:
+        """`destination.send(batch)` within `timeout` seconds, on a helper thread."""
         if self._stuck is not None:
             if self._stuck.is_alive():
                 raise SendError(f"{self._dest.name}: a send that passed the {self._timeout:g} s "
@@ -192,7 +202,7 @@ class Sender:
 
         worker = threading.Thread(target=send, name="podgpu-emf-send", daemon=True)
         worker.start()
-        if not done.wait(self._timeout):
+        if not done.wait(timeout):
             self._abandoned = [t for t in self._abandoned if t.is_alive()]
             abort = getattr(self._dest, "abort", None)
             if callable(abort) and len(self._abandoned) < MAX_ABANDONED:
@@ -204,16 +214,16 @@ class Sender:
                     self._stuck = worker
             else:
                 self._stuck = worker
-            raise SendError(f"{self._dest.name}: no complete answer within {self._timeout:g} s",
+            raise SendError(f"{self._dest.name}: no complete answer within {timeout:g} s",
                             retryable=True)
         if "error" in box:
             raise box["error"]
         return int(box["rejected"])
 
-    def _send(self, batch: list[tuple[int, str]]) -> bool:
+    def _send(self, batch: list[tuple[int, str]], timeout: float) -> bool:
         t0 = time.perf_counter()
         try:
-            rejected = self._call(batch)
+            rejected = self._call(batch, timeout)
         except SendError as exc:
             elapsed = time.perf_counter() - t0
             with self._lock:

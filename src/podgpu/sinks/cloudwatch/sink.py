@@ -76,6 +76,9 @@ class EmfSink:
         self._thread = threading.Thread(target=self._run, name="podgpu-emf", daemon=True)
         self._encode_seconds = 0.0
         self._aborted = False
+        self._too_large_seen = 0
+        self._too_large_last = 0
+        """Events the last encoded interval dropped as over 256 KiB (/health warns while > 0)."""
 
     # --- collect thread ----------------------------------------------------------------------
 
@@ -157,8 +160,11 @@ class EmfSink:
                 wait = 5.0
 
     def _final_pump(self, grace: float) -> None:
-        """At shutdown: keep sending, backoff waits included, until empty or `grace` is over."""
+        """At shutdown: one attempt at once, even in the middle of a backoff, then keep sending,
+        backoff waits included, until empty or `grace` is over (each send bounded by what is left
+        of it)."""
         deadline = time.time() + grace
+        self._sender.retry_now()
         while True:
             wait = self._sender.pump(deadline=deadline)
             left = deadline - time.time()
@@ -173,6 +179,8 @@ class EmfSink:
                 t0 = time.perf_counter()
                 events = self._encoder.encode(window)
                 self._encode_seconds = time.perf_counter() - t0
+                total = self._encoder.too_large
+                self._too_large_last, self._too_large_seen = total - self._too_large_seen, total
                 dropped = self._queue.put(window.timestamp_ms, events)
                 if dropped:
                     log.warning("EMF: queue over --emf-queue-bytes; dropped the %d oldest "
@@ -185,8 +193,21 @@ class EmfSink:
 
     def health(self) -> dict[str, Any]:
         """The `emf` entry of /health (`ok`, `failing: …`, `stalled: …`; Sender.health): it never
-        makes /health fail (GPU metrics are fine)."""
-        return self._sender.health()
+        makes /health fail (GPU metrics are fine). While the last encoded interval dropped events
+        as over 256 KiB, a status that would say `ok` says `dropping: …` with the count (beside
+        another status, the `too_large` entry says it)."""
+        body = self._sender.health()
+        last, total = self._too_large_last, self._too_large_seen
+        if total:
+            body["too_large_events"] = total
+        if last:
+            why = (f"dropping: {last} event(s) of the last interval over 256 KiB even with one "
+                   f"metric, never sent ({total} since start)")
+            if body["status"] == "ok":
+                body["status"] = why
+            else:
+                body["too_large"] = why
+        return body
 
     def families(self) -> list[Family]:
         """The sink's counters as a MetricSource (sinks/prometheus/source.py)."""
