@@ -70,7 +70,8 @@ def test_serve_against_an_endless_answer_stays_within_64_mib() -> None:
             [sys.executable, "-m", "podgpu", "serve", "--simulate", "2", "-a",
              f"127.0.0.1:{port}", "-c", "200", "--cloudwatch-config", str(CONFIG),
              "--emf-endpoint-url", peers.url("/huge?mib=0"), "--aws-region", "us-east-1",
-             "--cluster-name", "e2e", "--emf-interval", "1"],
+             "--cluster-name", "e2e", "--emf-interval", "1", "--emf-label",
+             "Service=nvidia-dcgm-exporter", "--emf-namespace", "gpu-operator"],
             env=podgpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             while peers.hits.get("/huge", 0) < 1 and proc.poll() is None:
