@@ -182,6 +182,7 @@ def as_dict(e: Estimate, ci: InsightsEstimate | None = None) -> dict[str, Any]:
             "custom_metrics_active": p.metrics_steady,
             "custom_metrics_per_new_pod": p.metrics_per_new_pod,
             "custom_metrics_in_period": round(p.metrics_in_period),
+            "custom_metric_months_billed": round(p.metric_months, 1),
             "events_per_minute": round(p.events_per_minute),
             "put_log_events_bytes": round(p.bytes_per_minute * minutes),
             "put_log_events_requests": round(p.requests_per_minute * minutes),
@@ -209,6 +210,7 @@ def table(e: Estimate, ci: InsightsEstimate | None = None) -> str:
 
     row("custom metrics active", "custom_metrics_active", ",")
     row("custom metrics in the month (churn)", "custom_metrics_in_period", ",")
+    row("custom metric-months billed (hourly)", "custom_metric_months_billed", ",.1f")
     row("EMF events per minute", "events_per_minute", ",")
     row("PutLogEvents GB", "put_log_events_bytes", ",")
     rows[-1] = (rows[-1][0], *(f"{d['paths'][p]['put_log_events_bytes'] / 1e9:,.1f}"
@@ -233,7 +235,8 @@ def table(e: Estimate, ci: InsightsEstimate | None = None) -> str:
                  "scrape interval")
     lines.append(f"Prices: {PRICES_REGION} list prices as of {PRICES_AS_OF} (reference "
                  "cloudwatch.md 5.3); override with --metric-prices and --ingest-price. "
-                 "Metrics are billed here for the whole month (an upper bound with churn).")
+                 "Custom metrics are prorated by the hour: a replaced pod's metrics add one "
+                 "metric-hour each.")
     lines.append("The agent path (its default service-endpoints job) keeps the workload's `pod`, so "
                  "it makes the same custom metrics as podgpu; it also ingests every undeclared "
                  "series as logs, one event per label set per scrape; see docs/cloudwatch.md, "

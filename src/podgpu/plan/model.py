@@ -51,6 +51,11 @@ DEFAULT_METRIC_TIERS: tuple[tuple[float, float], ...] = (
     (10_000, 0.30), (240_000, 0.10), (750_000, 0.05), (math.inf, 0.02))
 """Reference cloudwatch.md §5.3: metrics in each tier and $ per metric-month."""
 DEFAULT_INGEST_PER_GB = 0.50
+CHURN_BILLED_HOURS = 1.0
+"""Metric-hours one replaced pod adds per metric. CloudWatch prorates custom metrics by the hour
+they are sent in (aws.amazon.com/cloudwatch/pricing: "prorated by the hour and metered only when
+you send metrics"): a replacement's old metrics stop and its new ones start within one hour,
+which is billed for both; every other hour bills one set, like a pod never replaced."""
 PATHS = ("agent", "podgpu-60s", "podgpu-1s")
 MEASURED_WINDOWS = 2
 
@@ -96,6 +101,9 @@ class PathEstimate:
     metrics_steady: int
     metrics_per_new_pod: float
     metrics_in_period: float
+    """Distinct metrics seen in the period (active ones and every replaced pod's)."""
+    metric_months: float
+    """What is billed: metric-hours over the period's hours (prorated by the hour)."""
     events_per_minute: float
     bytes_per_minute: float
     """PutLogEvents bytes: message bytes + 26 per event."""
@@ -269,6 +277,8 @@ def estimate(shape: Shape, config: EmfConfig, opts: PlanOptions | None = None,
         steady = len(n0.identities & n1.identities) + shape.nodes * len(per_node)
         per_pod = len(renamed.identities - n0.identities) / shape.pods_per_node
         in_period = steady + shape.churn_per_day * opts.days * per_pod
+        replaced = shape.churn_per_day * opts.days * per_pod * CHURN_BILLED_HOURS
+        billed = steady + replaced / (opts.days * 24.0)  # metric-hours / hours in the period
         if agent:
             sizes = [_v0_size(e) + EVENT_OVERHEAD for e in n0.events]
             scrapes = 60.0 / opts.agent_scrape_interval / n0.windows
@@ -286,8 +296,9 @@ def estimate(shape: Shape, config: EmfConfig, opts: PlanOptions | None = None,
             requests = per_node_flush * per_minute * shape.nodes
         paths[path] = PathEstimate(
             metrics_steady=steady, metrics_per_new_pod=per_pod, metrics_in_period=in_period,
+            metric_months=billed,
             events_per_minute=events, bytes_per_minute=nbytes, requests_per_minute=requests,
-            metrics_dollars=opts.prices.metrics_dollars(in_period) * opts.days / 30.0,
+            metrics_dollars=opts.prices.metrics_dollars(billed) * opts.days / 30.0,
             ingest_dollars=nbytes * minutes / BYTES_PER_GB * opts.prices.ingest_per_gb)
     series = runner.prometheus_series() * shape.nodes
     return Estimate(shape, opts, paths, series, series / opts.scrape_interval)
