@@ -306,3 +306,35 @@ def held_at(d: Day, t: float) -> dict[str, float]:
         for p in active:
             out[p.namespace] += g.profiles[p.slot] / SLICES if g.kind == "mig" else 1 / len(active)
     return dict(out)
+
+
+def instant(d: Day, metric: str, at: float) -> dict[tuple[str, str], float]:
+    """Prometheus' own answer: each pod's counter at `at` (its latest sample at or before it)."""
+    q = urllib.parse.urlencode({"query": metric, "time": repr(at)})
+    with urllib.request.urlopen(f"{d.url}/api/v1/query?{q}", timeout=30) as r:
+        doc = json.load(r)
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for item in doc["data"]["result"]:
+        out[(item["metric"]["namespace"], item["metric"]["pod"])] += float(item["value"][1])
+    return out
+
+
+@pytest.mark.parametrize("step", ["60s", "600s", "1000s", "7m"])
+def test_a_range_not_a_multiple_of_the_step_counts_up_to_its_last_sample(
+        day: Day, step: str) -> None:
+    """3,570 s from 03:00:10 (before the restart): the query grid at 600 s stops at 03:50:10, so
+    the last 570 s were lost before; every pod's GPU-seconds now equal its counter's value at the
+    range's end less its value at the start (0 for a pod that started inside), as Prometheus
+    itself answers them."""
+    s = day.start + 3 * 3600 + 10
+    e = s + 3570
+    metric = "podgpu_pod_gpu_allocated_seconds_total"
+    at_s, at_e = instant(day, metric, s), instant(day, metric, e)
+    code, out, err = report("--prometheus", day.url, "--start", repr(s), "--end", repr(e),
+                            "--step", step, "--format", "json")
+    assert code == 0, err
+    got = {(ns["namespace"], p["pod"]): p["gpu_hours"] * 3600
+           for ns in json.loads(out)["namespaces"] for p in ns["pods"]}
+    assert at_e
+    for key, value in at_e.items():
+        assert got[key] == pytest.approx(value - at_s.get(key, 0.0), abs=1e-6), key

@@ -184,6 +184,15 @@ def build_report(client: Client, start: float, end: float, step: float, selector
     while t < end:
         bounds.append((t, min(end, t + chunk)))
         t += chunk
+    # the grid of the last chunk stops at the last step before `end` when the range is not a
+    # multiple of the step: one more point at `end` itself, so the range's last sample counts
+    last = start
+    for i, (a, b) in enumerate(bounds):
+        first = a if i == 0 else a + step
+        if first <= b:
+            last = first + (b - first) // step * step
+    if last < end - 1e-6:
+        bounds.append((end - step, end))  # a chunk whose only point is `end`
     series: dict[tuple[str, tuple[tuple[str, str], ...]], CounterIncrease] = {}
     done, total = 0, len(bounds) * len(METRICS)
     for metric in METRICS:
