@@ -35,6 +35,7 @@ from podgpu.http.guard import (
 from podgpu.http.live import add_live_routes, page_response
 from podgpu.http.publish import Publisher
 from podgpu.http.sighup import install_sighup
+from podgpu.signals import on_signal
 from podgpu.sinks.prometheus import CONTENT_TYPE
 
 if TYPE_CHECKING:
@@ -162,7 +163,7 @@ async def serve_until_stopped(app: App, host: str | None, port: int, *,
         stop = asyncio.Event()
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
+                on_signal(loop, sig, stop.set)
         try:
             await stop.wait()
             log.info("stopping")
@@ -172,6 +173,7 @@ async def serve_until_stopped(app: App, host: str | None, port: int, *,
             if threading.current_thread() is threading.main_thread():
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
+                    signal.signal(sig, signal.SIG_IGN)  # stopping already: a storm never kills
     finally:
         await app.cleanup()
 

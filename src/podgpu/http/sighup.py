@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from podgpu.http.app import App
+from podgpu.signals import on_signal
 
 log = logging.getLogger("podgpu.reload")
 
@@ -30,16 +31,26 @@ def install_sighup(app: App, *, blocking: Sequence[Callable[[], object]] = (),
         except Exception:  # a reload bug must not take the server down
             log.exception("SIGHUP reload failed")
 
+    pending = threading.Event()
+    """A reload is queued and has not started: later SIGHUPs join it (a storm is one reload)."""
+
+    def reload_all() -> None:
+        pending.clear()
+        for reload in blocking:
+            guarded(reload)
+
     def on_hup() -> None:
+        if pending.is_set():
+            return
+        pending.set()
         log.info("SIGHUP received: reloading")
         for reload in on_loop:
             guarded(reload)
-        for reload in blocking:
-            worker.submit(guarded, reload)
+        worker.submit(reload_all)
 
     async def register(_app: App) -> None:
         if threading.current_thread() is threading.main_thread():
-            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
+            on_signal(asyncio.get_running_loop(), signal.SIGHUP, on_hup)
 
     async def unregister(_app: App) -> None:
         if threading.current_thread() is threading.main_thread():
