@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from importlib import resources
 
-from podgpu.config.values import choice
+from podgpu.config.values import choice, service_labels
 from podgpu.cwassets.alarms import alarms
 from podgpu.cwassets.dashboard import dashboard
 from podgpu.errors import ConfigError
@@ -49,6 +49,13 @@ COMMON: tuple[Option, ...] = (
     Option(("--emf-label",), "emf_label", None, None,
            "as serve's --emf-label, repeatable (e.g. Service=nvidia-dcgm-exporter)",
            metavar="KEY=VALUE", append=True),
+    Option(("--emf-container-name",), "emf_container_name", "PODGPU_EMF_CONTAINER_NAME",
+           "podgpu", "as serve's: podgpu's own container", metavar="NAME"),
+    Option(("--emf-service",), "emf_service", "PODGPU_EMF_SERVICE", "",
+           "as serve's: the Service in front of podgpu", metavar="NAME", shown="unset"),
+    Option(("--emf-service-labels",), "emf_service_labels", "PODGPU_EMF_SERVICE_LABELS", (),
+           "as serve's: that Service's labels, KEY=VALUE as on the object", service_labels,
+           metavar="KEY=VALUE", append=True, shown="unset"),
 )
 DASHBOARD: tuple[Option, ...] = (
     *COMMON,
@@ -96,7 +103,8 @@ def _constant(args: argparse.Namespace) -> dict[str, str]:
         extra.append((key, value))
     opts = SeriesOptions(labels=LabelOptions(hostname=""), job=args.emf_job, cluster_name=args.cluster_name,
                          extra=tuple(extra), identity=args.emf_identity,
-                         namespace=args.emf_namespace)
+                         namespace=args.emf_namespace, container_name=args.emf_container_name,
+                         service=args.emf_service, service_labels=args.emf_service_labels)
     return opts.constant_labels()
 
 

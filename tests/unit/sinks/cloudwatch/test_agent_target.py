@@ -63,3 +63,17 @@ def test_flags_and_environment() -> None:
         parse_serve_args(["--cloudwatch-config", "x.json", "--emf-service-labels", "a b=c"], {})
     with pytest.raises(ConfigError, match="--emf-podgpu-series: use auto or true or false"):
         parse_serve_args(["--cloudwatch-config", "x.json", "--emf-podgpu-series", "yes"], {})
+
+
+def test_dashboard_and_alarms_take_the_same_identity_flags() -> None:
+    """cloudwatch-dashboard/-alarms filter on the labels serve sends: the same three flags."""
+    from podgpu.cwassets.cli import _constant, parse_args
+
+    args = parse_args("cloudwatch-alarms", [
+        "--emf-namespace", "gpu-operator", "--emf-service", "nvidia-dcgm-exporter",
+        "--emf-service-labels", "app.kubernetes.io/name=podgpu"])
+    constant = _constant(args)
+    assert (constant["Service"], constant["app_kubernetes_io_name"],
+            constant["container_name"]) == ("nvidia-dcgm-exporter", "podgpu", "podgpu")
+    args = parse_args("cloudwatch-dashboard", ["--emf-container-name", "nvidia-dcgm-exporter"])
+    assert _constant(args)["container_name"] == "nvidia-dcgm-exporter"
