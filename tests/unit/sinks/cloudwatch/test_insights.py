@@ -286,3 +286,26 @@ def test_node_lookup_reads_the_own_node_once_through_the_api() -> None:
         assert missing.current().instance_id == "" and "404" in missing.reason
     finally:
         api.stop()
+
+
+def test_stdout_prints_the_declarations_and_container_insights_events_of_one_sink(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from podgpu.agent import build_agent
+
+    seed = ROOT / "tests" / "fixtures" / "seed" / "cwagent-config.json"
+    agent = build_agent(parse_serve_args(
+        ["--simulate", "4", "--cloudwatch-config", str(seed), "--emf-container-insights",
+         "--cluster-name", "c", "--emf-destination", "stdout", "--emf-label",
+         "Service=nvidia-dcgm-exporter", "--emf-namespace", "gpu-operator"],
+        {"NODE_NAME": "n1"}))
+    assert agent.emf is not None and agent.attributor is not None
+    agent.backend.open()
+    collector = Collector(agent.backend, with_insights_fields(agent.metrics.fields),
+                          attributor=agent.attributor, want_processes=True)
+    agent.emf.offer(collector.cycle())
+    agent.emf.stop(grace=5)
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    kinds = {is_insights_event(x) for x in lines}
+    assert kinds == {True, False}  # both, from one sink and one queue
+    assert all(json.loads(x)["_aws"]["CloudWatchMetrics"][0]["Namespace"] ==
+               "ContainerInsights/Prometheus" for x in lines if not is_insights_event(x))
