@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import grpc
-import pytest
 
 from podgpu.attribution.kubelet import ContainerDevices, PodResourcesClient, PodResourcesState
 from tests.integration.kubelet_fake import (
@@ -46,15 +45,13 @@ def test_every_device_id_form_arrives_intact(kubelet: FakeKubelet, sock: str) ->
     )
 
 
-def test_one_persistent_channel_across_polls(kubelet: FakeKubelet, sock: str) -> None:
+def test_polls_one_after_another_each_on_its_own_connection(kubelet: FakeKubelet,
+                                                            sock: str) -> None:
     client = PodResourcesClient(sock)
     try:
-        client.poll_once()
-        channel = client._channel
-        for _ in range(5):
+        for _ in range(6):
             assert client.poll_once().ok
-        assert client._channel is channel and channel is not None
-        assert kubelet.calls == 6
+        assert kubelet.calls == 6 and client.state.errors == 0
     finally:
         client.close()
 
@@ -143,22 +140,3 @@ def test_method_name_is_the_generated_services() -> None:
 
     service = pb.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert f"/{service.full_name}/{service.methods_by_name['List'].name}" == LIST_METHOD
-
-
-def test_a_fresh_connection_after_calls_per_connection(kubelet: FakeKubelet, sock: str,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """h2 keeps every closed stream of a connection (up to 65,536): the client starts a new
-    connection every CALLS_PER_CONNECTION calls so that memory stays flat (issue 20)."""
-    import podgpu.attribution.kubelet as kubelet_module
-
-    monkeypatch.setattr(kubelet_module, "CALLS_PER_CONNECTION", 3)
-    client = PodResourcesClient(sock)
-    try:
-        assert client.poll_once().ok
-        first = client._channel
-        assert client.poll_once().ok and client._channel is first
-        assert client.poll_once().ok and client._channel is None  # closed after the 3rd
-        assert client.poll_once().ok and client._channel not in (None, first)
-        assert kubelet.calls == 4 and client.state.errors == 0
-    finally:
-        client.close()

@@ -5,11 +5,13 @@ interval, so a scrape or a collect cycle never waits on the kubelet (dcgm-export
 connection and calls `List` per entity group per scrape, sharing the kubelet's 100 QPS budget).
 The latest answer is kept as frozen `ContainerDevices` tuples; gRPC objects never leave here.
 
-gRPC is grpclib (pure-Python HTTP/2 on asyncio), not grpcio: for this one unary call grpcio cost
-+15 MiB of RSS, grpclib +4 (bench/kubelet_clients.py, issue 20). The poll thread runs its own
-event loop; podgpu's HTTP server loop never waits on the kubelet. What grpcio did for us is kept:
-the unix socket, a deadline per call, the 16 MiB receive limit (RESOURCE_EXHAUSTED above it),
-status codes by name in the reason.
+The call is made by grpcunary.py on h2 (sans-IO HTTP/2), not grpcio (+15 MiB for this one
+unary call) nor grpclib (+4 MiB), because both check the 16 MiB receive limit only
+after buffering the whole message: a 2 GiB length prefix cost +2.4 GiB. Here the length prefix
+is checked before the message is read (RESOURCE_EXHAUSTED above the limit), the whole call runs
+under its deadline, status codes are named in the reason, and each poll uses a fresh connection
+on the unix socket (no HTTP/2 state kept between polls). The poll thread makes blocking calls;
+podgpu's HTTP server loop never waits on the kubelet.
 
 On failure the client drops the last answer (stale pod labels are worse than none), reports
 `unavailable: <why>`, counts the error, closes the channel and retries with exponential backoff
@@ -19,7 +21,7 @@ re-created) is picked up without waiting on gRPC's own reconnect backoff (up to 
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
 import importlib
 import logging
 import threading
@@ -27,6 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from podgpu.attribution.grpcunary import GrpcError, unary
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +44,6 @@ MIN_LIST_TIMEOUT_SECONDS = 1.0
 DEFAULT_MAX_BACKOFF_SECONDS = 10.0
 LIST_METHOD = "/v1.PodResourcesLister/List"
 MIN_POLL_SECONDS = 0.1
-CALLS_PER_CONNECTION = 1000
-"""A fresh HTTP/2 connection after this many calls (~17 min at a 1 s interval): h2 remembers up to
-65,536 closed streams per connection (~85 bytes each), which grew RSS by 0.13 MiB per 1000 calls
-on one connection (issue 20)."""
 """At most 10 List calls a second, a tenth of the kubelet's 100 QPS budget for the whole node."""
 
 
@@ -149,11 +149,9 @@ class PodResourcesClient:
         self._first = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._channel: Any = None
-        self._list: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._calling = threading.Lock()  # one List at a time on the loop, whoever calls
-        self._calls = 0  # on the current connection
+        self._calling = threading.Lock()  # one List at a time, whoever calls
+        self._last: tuple[bytes, tuple[ContainerDevices, ...]] | None = None
+        """The last answer's digest and entries: an unchanged answer is not parsed again."""
         self._logged_down = False
 
     @property
@@ -174,12 +172,7 @@ class PodResourcesClient:
         self._stop.set()
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
-            if self._thread.is_alive():  # a List still in flight: its deadline ends it
-                return
-        self._close_channel()
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.close()
+            # a List still in flight ends by its deadline
 
     def poll_once(self) -> PodResourcesState:
         """One `List` call on the caller's thread; updates and returns the state."""
@@ -187,7 +180,6 @@ class PodResourcesClient:
         try:
             entries = self._call_list()
         except Exception as exc:  # translated here, at the one gRPC boundary
-            self._close_channel()
             why = _describe(exc, self._socket)
             if not self._logged_down:
                 log.warning("kubelet PodResources unavailable: %s; GPU series continue without "
@@ -214,71 +206,26 @@ class PodResourcesClient:
             self._stop.wait(wait)
 
     def _call_list(self) -> tuple[ContainerDevices, ...]:
-        """One `List` on this client's event loop, run to completion on the calling thread (the
-        poll thread, or a test's); calls never overlap."""
+        """One `List` on the calling thread (the poll thread, or a test's); calls never
+        overlap."""
+        # Imported only here, where they are used (DESIGN.md).
+        pb: Any = importlib.import_module("podgpu.attribution.podresources_pb2")
         with self._calling:
-            return self._call_list_locked()
-
-    def _call_list_locked(self) -> tuple[ContainerDevices, ...]:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        reused = self._list is not None
-        try:
-            entries = self._loop.run_until_complete(self._alist())
-        except Exception as exc:
-            if not reused or type(exc).__name__ != "StreamTerminatedError":
-                raise
-            # The connection broke since the last call (a kubelet restart): say why from a
-            # fresh connection (socket gone, refused ...) rather than "connection lost".
-            self._close_channel()
-            entries = self._loop.run_until_complete(self._alist())
-        self._calls += 1
-        if self._calls >= CALLS_PER_CONNECTION:
-            self._close_channel()
-        return entries
-
-    async def _alist(self) -> tuple[ContainerDevices, ...]:
-        if self._list is None:
-            # Imported only here, where they are used (DESIGN.md).
-            client: Any = importlib.import_module("grpclib.client")
-            pb: Any = importlib.import_module("podgpu.attribution.podresources_pb2")
-
-            self._channel = client.Channel(path=self._socket, codec=_limited_codec())
-            # The method by its documented wire name; no generated service stub is needed.
-            method = client.UnaryUnaryMethod(self._channel, LIST_METHOD,
-                                             pb.ListPodResourcesRequest,
-                                             pb.ListPodResourcesResponse)
-            request = pb.ListPodResourcesRequest()
-            timeout = self._timeout
-            self._list = lambda: method(request, timeout=timeout)
-        return flatten(await self._list(), dra=self._dra)
-
-    def _close_channel(self) -> None:
-        ch, self._channel, self._list = self._channel, None, None
-        self._calls = 0
-        if ch is not None:
+            data = unary(self._socket, LIST_METHOD, pb.ListPodResourcesRequest().SerializeToString(),
+                         timeout=self._timeout, max_bytes=MAX_RECEIVE_BYTES)
+            digest = hashlib.blake2b(data, digest_size=16).digest()
+            last = self._last
+            if last is not None and last[0] == digest:  # the same answer as the last poll's:
+                return last[1]  # its entries, not a second copy of them (16 MiB: ~30 MiB each)
             try:
-                ch.close()
-            except Exception:  # closing a broken channel must not matter
-                log.debug("closing the kubelet channel failed", exc_info=True)
-
-
-def _limited_codec() -> Any:
-    """grpclib's protobuf codec refusing answers over MAX_RECEIVE_BYTES, as grpcio's
-    max_receive_message_length did (grpclib has no limit of its own)."""
-    proto: Any = importlib.import_module("grpclib.encoding.proto")
-    grpclib_const: Any = importlib.import_module("grpclib.const")
-    exceptions: Any = importlib.import_module("grpclib.exceptions")
-
-    class LimitedCodec(proto.ProtoCodec):  # type: ignore[misc]
-        def decode(self, data: bytes, message_type: Any) -> Any:
-            if len(data) > MAX_RECEIVE_BYTES:
-                raise exceptions.GRPCError(
-                    grpclib_const.Status.RESOURCE_EXHAUSTED,
-                    f"received message larger than max ({len(data)} vs. {MAX_RECEIVE_BYTES})")
-            return super().decode(data, message_type)
-
-    return LimitedCodec()
+                response = pb.ListPodResourcesResponse.FromString(data)
+            except Exception as exc:  # protobuf's DecodeError
+                raise GrpcError("INTERNAL", f"undecodable answer: {exc}") from None
+            del data
+            self._last = None  # the previous entries go before the new ones are built
+            entries = flatten(response, dra=self._dra)
+            self._last = (digest, entries)
+            return entries
 
 
 _CONNECT_ERRORS: tuple[tuple[type[OSError], str], ...] = (
@@ -293,17 +240,12 @@ _CONNECT_ERRORS: tuple[tuple[type[OSError], str], ...] = (
 def _describe(exc: BaseException, socket_path: str) -> str:
     """A short reason for `/health` and the log: `List failed: <STATUS>: <message>` for an
     answer with a gRPC status, `kubelet socket <path>: <why>` when it cannot be reached."""
-    status = getattr(exc, "status", None)
-    if status is not None and hasattr(status, "name"):  # grpclib.exceptions.GRPCError
-        text = str(getattr(exc, "message", "") or "").splitlines()
-        return f"List failed: {status.name}: {text[0] if text else ''}"[:300]
-    if isinstance(exc, asyncio.TimeoutError):  # grpclib's deadline
-        return "List failed: DEADLINE_EXCEEDED: Deadline exceeded"
+    if isinstance(exc, GrpcError):
+        text = exc.message.splitlines()
+        return f"List failed: {exc.status}: {text[0] if text else ''}"[:300]
     for kind, short in _CONNECT_ERRORS:
         if isinstance(exc, kind):
             return f"kubelet socket {socket_path}: {short}"
     if isinstance(exc, OSError):
         return f"kubelet socket {socket_path}: {exc.strerror or exc}"[:300]
-    if type(exc).__name__ == "StreamTerminatedError":  # the connection dropped mid-call
-        return f"List failed: UNAVAILABLE: {exc}"[:300]
     return f"{type(exc).__name__}: {exc}"[:300]
