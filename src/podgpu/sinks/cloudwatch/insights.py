@@ -183,21 +183,23 @@ def device_readings(sample: Sample) -> dict[str, float]:
     return out
 
 
-def share_readings(device: dict[str, float], util_ratio: float, mem_bytes: int
+def share_readings(device: dict[str, float], util_ratio: float | None, mem_bytes: int | None
                    ) -> dict[str, float]:
-    """A holder's own part of a shared GPU: its processes' utilisation and memory; the device's
-    temperature and memory total; power and tensor activity, which cannot be split, left out."""
-    out: dict[str, float] = {"utilization": round(min(util_ratio, 1.0) * 100.0, 3),
-                             "memory_used": mem_bytes}
+    """A holder's own part of a shared GPU: its processes' utilisation and memory (None: not
+    known on this GPU, left out); the device's temperature and memory total; power and tensor
+    activity, which cannot be split, left out."""
+    out: dict[str, float] = {}
+    if util_ratio is not None:
+        out["utilization"] = round(min(util_ratio, 1.0) * 100.0, 3)
     for key in ("memory_total", "temperature"):
         if key in device:
             out[key] = device[key]
-    total, used = device.get("memory_total"), device.get("memory_used")
-    util_pct = device.get("memory_utilization")
-    if total and used is not None and util_pct is not None and used > 0:
-        out["memory_utilization"] = round(util_pct * mem_bytes / used, 3)  # same usable total
-    elif total and util_pct is not None:
-        out["memory_utilization"] = 0.0
+    if mem_bytes is None:
+        return out
+    out["memory_used"] = mem_bytes
+    used, util_pct = device.get("memory_used"), device.get("memory_utilization")
+    if used is not None and util_pct is not None:
+        out["memory_utilization"] = round(util_pct * mem_bytes / used, 3) if used > 0 else 0.0
     return out
 
 
@@ -224,7 +226,7 @@ class InsightsBuilder:
         node = self._node.current()
         pods_now = self._pods()
         holders = holders_by_device(snapshot.allocations)
-        usage = _usage(snapshot)
+        usage, known = _usage(snapshot)
         first_instance: dict[str, int] = {}  # MIG: the GPU's power rides on its first instance
         for sample in snapshot.samples:
             gi = sample.device.mig_gi_id
@@ -256,7 +258,12 @@ class InsightsBuilder:
                 ref = a.container
                 util, mem, cid = usage.get((dev.key, ref.namespace, ref.pod, ref.container),
                                            (0.0, 0, ""))
-                own = share_readings(readings, util, mem) if shared else readings
+                if shared:
+                    util_known, mem_known = known.get(dev.key, (True, True))
+                    own = share_readings(readings, util if util_known else None,
+                                         mem if mem_known else None)
+                else:
+                    own = readings
                 yield (self._key(CONTAINER, dev, ref, node, cid, pods_now), GAUGE,
                        _items(CONTAINER, own))
                 pk = (ref.namespace, ref.pod)
@@ -371,20 +378,28 @@ def _items(level: str, readings: dict[str, float]) -> list[Item]:
 Usage = dict[tuple[str, str, str, str], tuple[float, int, str]]
 
 
-def _usage(snapshot: Snapshot) -> Usage:
+def _usage(snapshot: Snapshot) -> tuple[Usage, dict[str, tuple[bool, bool]]]:
     """(device key, namespace, pod, container) -> (SM utilisation ratio, memory bytes, container
     id), summed over the container's processes: the numbers of `podgpu_pod_gpu_*` on /metrics.
-    Keyed by names (an allocation may lack the pod UID a process has)."""
+    Keyed by names (an allocation may lack the pod UID a process has). Also, per device,
+    whether holders' utilisation and memory are known: not when the GPU runs processes none of
+    which is attributed to a pod (no hostPID, say), nor utilisation when NVML gives no
+    per-process sample for any of them; a holder without processes on a GPU whose others are
+    attributed uses 0."""
     out: Usage = {}
+    seen: dict[str, list[bool]] = {}  # device -> [any attributed, any utilisation sample]
     for p in snapshot.processes:
+        flags = seen.setdefault(p.device_key, [False, False])
         c = p.container
         if c is None:
             continue
+        flags[0] = True
+        flags[1] = flags[1] or p.sm_util_percent is not None
         k = (p.device_key, c.namespace, c.pod, c.container)
         util, mem, cid = out.get(k, (0.0, 0, ""))
         out[k] = (util + (p.sm_util_percent or 0.0) / 100.0, mem + (p.used_memory_bytes or 0),
                   cid or p.container_id)
-    return out
+    return out, {d: (a and u, a) for d, (a, u) in seen.items()}
 
 
 def _distinct_containers(held: list[Allocation]) -> list[Allocation]:

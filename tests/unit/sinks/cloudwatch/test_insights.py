@@ -309,3 +309,34 @@ def test_stdout_prints_the_declarations_and_container_insights_events_of_one_sin
     assert kinds == {True, False}  # both, from one sink and one queue
     assert all(json.loads(x)["_aws"]["CloudWatchMetrics"][0]["Namespace"] ==
                "ContainerInsights/Prometheus" for x in lines if not is_insights_event(x))
+
+
+def test_shares_not_known_are_left_out_never_zero() -> None:
+    from dataclasses import replace
+
+    node = Node()
+    snap = node.collector.cycle()
+    nvidia1 = next(s.device.key for s in snap.samples if s.device.device_name == "nvidia1")
+
+    def shares(processes: tuple[Any, ...]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for key, _, items in node.builder.series(replace(snap, processes=processes)):
+            d = dict(key)
+            if d.get("Type") == "ContainerGPU" and d["GpuDevice"] == "nvidia1":
+                out[d["FullPodName"]] = dict(items)
+        return out
+
+    on1 = [p for p in snap.processes if p.device_key == nvidia1]
+    rest = tuple(p for p in snap.processes if p.device_key != nvidia1)
+    # no hostPID: the GPU's processes are not attributed -> no share, rather than 0
+    blind = shares(rest + tuple(replace(p, container=None) for p in on1))
+    assert set(blind) == {"infer-a", "infer-b"}
+    assert all("container_gpu_utilization" not in v and "container_gpu_memory_used" not in v
+               for v in blind.values())
+    # memory known, no per-process utilisation sample
+    no_util = shares(rest + tuple(replace(p, sm_util_percent=None) for p in on1))
+    assert all("container_gpu_utilization" not in v and "container_gpu_memory_used" in v
+               for v in no_util.values())
+    # only infer-a runs: infer-b holds the GPU and uses nothing of it
+    only_a = shares(rest + tuple(p for p in on1 if p.container and p.container.pod == "infer-a"))
+    assert only_a["infer-b"]["container_gpu_utilization"] == 0.0
