@@ -145,3 +145,46 @@ def test_a_lost_mig_gpu_keeps_its_instances(spec: str, ids: list[int | None]) ->
         assert h["ALL"] == 20
     att = SimulatedAttributor(s).attribute(tuple(x.device for x in r.samples), ())
     assert [a.container.pod for a in att.allocations] == (["mig-pod"] if 1 in ids else [])
+
+
+def test_the_live_view_accounting_and_emf_see_a_simulated_mig_instance_as_a_real_one() -> None:
+    """Downstream of the simulated backend, through the real Collector and -d f selection, as
+    they see NVML's MIG devices: the live view lists instance `0/gi1` held by the pod, accounting
+    gives the pod 3/7 of a GPU under GPU_I_ID 1, and the EMF series carry GPU_I_PROFILE/GPU_I_ID
+    with the pod."""
+    from podgpu.accounting.source import Accountant
+    from podgpu.collect import Collector
+    from podgpu.fields.metriclist import load_default
+    from podgpu.sinks.cloudwatch.series import SeriesBuilder, SeriesOptions
+    from podgpu.sinks.live.view import ViewOptions, build_view
+    from podgpu.sinks.prometheus.labels import LabelOptions
+
+    s = parse_scenario(doc(pod("mig-pod", {"gpu": 0, "instance": 1})))
+    clock = FakeClock()
+    backend = SelectedBackend(SimulatedBackend(1, MODELS["H100"], scenario=s, clock=clock),
+                              parse_device_selection("f"))
+    metrics = load_default()
+    collector = Collector(backend, metrics.fields, attributor=SimulatedAttributor(s),
+                          want_processes=True, clock=clock)
+    labels = LabelOptions(hostname="node-a")
+    acct = Accountant(labels)
+    snaps = []
+    for _ in range(11):
+        snaps.append(collector.cycle())
+        acct.observe(snaps[-1])
+        clock.advance(1.0)
+    view = build_view(snaps[-1], ViewOptions("node-a", "simulated", "test", 1.0))
+    gi1 = next(d for d in view["devices"] if d["gpu"] == "0/gi1")
+    assert gi1["mig"] is not None and gi1["mig"]["profile"] == "3g.40gb"
+    assert [h["pod"] for h in gi1["holders"]] == ["mig-pod"]
+    assert {d["gpu"] for d in view["devices"]} == {"0/gi1", "0/gi2"}  # -d f: no parent
+    text = acct.render()
+    line = next(ln for ln in text.splitlines()
+                if ln.startswith("podgpu_pod_gpu_allocated_seconds_total{"))
+    assert 'GPU_I_ID="1"' in line and 'pod="mig-pod"' in line
+    assert float(line.split()[-1]) == pytest.approx(10 * 3 / 7)  # 10 s of 3 of 7 slices
+    builder = SeriesBuilder(metrics, SeriesOptions(labels=labels, cluster_name="c"))
+    fb = [dict(k) for k, _, items in builder.series(snaps[-1])
+          for name, _ in items if name == "DCGM_FI_DEV_FB_USED"]
+    held = next(d for d in fb if d.get("GPU_I_ID") == "1")
+    assert (held["GPU_I_PROFILE"], held["pod"]) == ("3g.40gb", "mig-pod")
