@@ -141,8 +141,7 @@ def _build(settings: EmfSettings, *, node: str,
                     "are dropped unless the series carry ClusterName")
     builder = series(cluster)
     if builder is not None and builder.options.own_series is None:  # --emf-podgpu-series auto
-        builder.own_series = any("podgpu_" in s.pattern for d in config.declarations
-                                 for s in d.selectors)
+        builder.own_series = config.names_podgpu_series
     if (builder is not None and builder.options.identity == "agent"
             and not builder.options.namespace
             and any("Namespace" in d for x in config.declarations for d in x.dimensions)):

@@ -221,7 +221,8 @@ class _Runner:
         return SeriesBuilder(self.metrics, SeriesOptions(
             labels=LabelOptions(hostname=node.name), job=self.opts.job,
             instance=f"{node.name}:9400", cluster_name=self.opts.cluster_name,
-            node_name=node.name, extra=self.opts.emf_labels, namespace=self.opts.namespace))
+            node_name=node.name, extra=self.opts.emf_labels, namespace=self.opts.namespace,
+            own_series=self.config.names_podgpu_series))  # serve's --emf-podgpu-series auto
 
     def run(self, node_index: int, generation: int, samples_per_window: int, agent: bool
             ) -> _NodeRun:

@@ -96,6 +96,12 @@ class EmfConfig:
     disable_metric_extraction: bool = False
     warnings: tuple[str, ...] = ()
 
+    @property
+    def names_podgpu_series(self) -> bool:
+        """A `metric_selectors` pattern names `podgpu_`: the config asks for podgpu's own
+        series (`--emf-podgpu-series auto`); a wildcard alone does not."""
+        return any("podgpu_" in s.pattern for d in self.declarations for s in d.selectors)
+
     def directives_for(self, labels: Labels, metrics: Sequence[str]
                        ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]]:
         """Group `metrics` of one label set into (metric names, dimension sets) directives.
