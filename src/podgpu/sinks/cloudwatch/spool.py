@@ -10,7 +10,9 @@ The directory is usually a hostPath shared with earlier runs, so what is in it i
   bound is reached the older files are only counted (line by line, in fixed chunks) and deleted,
   as the queue would have dropped them; a line longer than an event can be is never held whole;
 - every line is **validated** before it can be sent: a JSON object with an `_aws.Timestamp` or
-  a `Timestamp` number, at most MAX_EVENT_BYTES; other lines are dropped and counted;
+  a `Timestamp` number (or, EMF v0 as the Container Insights events are, root
+  `CloudWatchMetrics` and a `Timestamp` string of digits), at most MAX_EVENT_BYTES; other lines
+  are dropped and counted;
 - **only podgpu's own files are touched**: segments are named `podgpu-emf-<timestamp_ms>-<pid>-
   <seq>.jsonl` (temporary ones end `.jsonl.tmp`); any other entry in the directory (another
   program's `.jsonl` or `.tmp`, a file of an earlier podgpu naming) is never read, sent or
@@ -135,6 +137,8 @@ def valid_event(line: bytes) -> str | None:
         return None
     aws = doc.get("_aws")
     ts = aws.get("Timestamp") if isinstance(aws, dict) else doc.get("Timestamp")
+    if isinstance(ts, str) and ts.isdigit() and isinstance(doc.get("CloudWatchMetrics"), list):
+        return text  # EMF v0, the Container Insights events': a string of milliseconds
     if not isinstance(ts, (int, float)) or isinstance(ts, bool):
         return None
     return text

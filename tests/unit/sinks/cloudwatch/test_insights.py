@@ -340,3 +340,15 @@ def test_shares_not_known_are_left_out_never_zero() -> None:
     # only infer-a runs: infer-b holds the GPU and uses nothing of it
     only_a = shares(rest + tuple(p for p in on1 if p.container and p.container.pod == "infer-a"))
     assert only_a["infer-b"]["container_gpu_utilization"] == 0.0
+
+
+def test_container_insights_events_survive_the_spool(tmp_path: Path) -> None:
+    lines = [json.dumps(e, separators=(",", ":")) for e in Node().events(1)]
+    q = EventQueue(1 << 20, str(tmp_path))
+    q.put(int(START * 1000), ['{"_aws":{"Timestamp":1,"CloudWatchMetrics":[]}}', *lines])
+    again = EventQueue(1 << 20, str(tmp_path))  # a restarted pod loads the spool
+    assert again.dropped == 0 and len(again) == 1 + len(lines)
+    first = again.peek(100, 1 << 20, 1 << 30)
+    again.ack(len(first))
+    rest = again.peek(100, 1 << 20, 1 << 30)
+    assert [m for _, m, _ in rest] == lines  # their own batch, to their own log group
