@@ -1,4 +1,4 @@
-"""Basic auth timing: known against unknown users for passwords of 1 to 200 bytes (issue 19 item 3).
+"""Basic auth timing: known against unknown users for passwords of 1 to 200 bytes.
 
     .venv/bin/python bench/auth_timing.py --cost 10 --repeat 15 --out bench/results/auth-timing-<date>.json
 

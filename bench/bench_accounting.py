@@ -1,4 +1,4 @@
-"""Accounting cost per collect cycle (issue 21 item 6: <= 0.2 ms for 8 GPUs x 100 pods).
+"""Accounting cost per collect cycle (<= 0.2 ms for 8 GPUs x 100 pods).
 
 Snapshots of a simulated node (tests/fakes/churn_node.py: 8 GPUs, each time-sliced between 12 or
 13 pods, a process per pod, pods replaced as they finish) are made first; then, timed alone,

@@ -1,4 +1,4 @@
-"""Exporter-core benchmark (issue 2, item 12): podgpu against a build-per-scrape baseline.
+"""Exporter-core benchmark: podgpu against a build-per-scrape baseline.
 
 On one simulated N-GPU node, in the same run, for `podgpu serve --simulate N` and for
 `bench/baseline_prometheus_client.py` (prometheus_client, builds every series on each scrape):
@@ -50,7 +50,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 BASELINE = BENCH_DIR / "baseline_prometheus_client.py"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 NODE_NAME = "bench-node"
-TARGETS = {  # issue 2, "Done when"
+TARGETS = {  # "Done when"
     "seq_p99_ms_max": 2.0,
     "scrapes_per_s_ratio_min": 5.0,
     "rss_mb_max": 60.0,  # MB = 10^6 bytes, the stricter reading
@@ -484,7 +484,7 @@ def targets(med: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 # --------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="podgpu exporter-core benchmark (issue 2 item 12)",
+    p = argparse.ArgumentParser(description="podgpu exporter-core benchmark",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--gpus", default="8", help="simulated node: N or NxMODEL")
     p.add_argument("--out", required=True, help="JSON results file")

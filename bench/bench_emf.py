@@ -1,4 +1,4 @@
-"""EMF sink benchmark (issue 7 item 10): build cost per flush against aws-embedded-metrics, the
+"""EMF sink benchmark: build cost per flush against aws-embedded-metrics, the
 collect-thread cost per cycle, send cost per flush to a real CloudWatch Logs emulator (moto server
 over HTTP), bytes per minute (queue sizing) and RSS added by the sink.
 

@@ -1,4 +1,4 @@
-"""podgpu's EMF path against aws-embedded-metrics, like for like (issue 18 item 8).
+"""podgpu's EMF path against aws-embedded-metrics, like for like.
 
     .venv/bin/python bench/bench_emf_aem.py --out bench/results/emf-aem-DATE.json
 

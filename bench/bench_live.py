@@ -1,4 +1,4 @@
-"""Does the live page cost the scrape path anything? (issue 12, "Done when")
+"""Does the live page cost the scrape path anything?
 
 One `podgpu serve --simulate N` (default interval, built-in pods). A scraper GETs /metrics over one
 keep-alive HTTP/1.1 connection at a fixed pace and records each latency. Phases alternate:

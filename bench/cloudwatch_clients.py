@@ -1,4 +1,4 @@
-"""What the CloudWatch Logs client costs (issue 20 item 2): a boto3 `logs` client against podgpu's
+"""What the CloudWatch Logs client costs: a boto3 `logs` client against podgpu's
 logsapi.py (botocore's credential chain, SigV4 signer, endpoint rules and HTTP session, no
 service client). One client per run, in this interpreter, on top of what `podgpu serve` has
 loaded (aiohttp, pynvml): create the group and the stream, then 20 PutLogEvents of 50 EMF-sized

@@ -1,4 +1,4 @@
-"""Fault figures (issue 13 item 3): the kubelet gone for minutes and back, against
+"""Fault figures: the kubelet gone for minutes and back, against
 `podgpu serve --simulate 8 -k` and the gRPC kubelet stand-in, scraped every second.
 
     .venv/bin/python bench/faults.py kubelet --outage 300 --out bench/results/faults-kubelet-<date>.json

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A fleet of real `podgpu serve --simulate` processes scraped by one real Prometheus at 1 s with
-podgpu's rules loaded (issue 10 item 5).
+podgpu's rules loaded.
 
 Each node is its own process on loopback with its own NODE_NAME (so its own Hostname label); the
 Prometheus is Debian's, with the shipped deploy/prometheus/podgpu.rules.yml and a self-scrape

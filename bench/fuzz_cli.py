@@ -1,4 +1,4 @@
-"""Fuzz `podgpu serve` through its CLI with hostile input files, counting tracebacks (issue 19 item 5).
+"""Fuzz `podgpu serve` through its CLI with hostile input files, counting tracebacks.
 
     .venv/bin/python bench/fuzz_cli.py --seconds 120 --out bench/results/fuzz-cli-<date>.json
 

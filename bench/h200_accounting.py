@@ -1,4 +1,4 @@
-"""Per-pod GPU accounting on a real GPU (issue 21 item 6): a burn pod for a few minutes; the pod's
+"""Per-pod GPU accounting on a real GPU: a burn pod for a few minutes; the pod's
 energy must equal the device counter's increase, its used seconds must follow the burn's phases.
 
 `podgpu serve` on NVML with `-k` against a kubelet stand-in (real gRPC on a unix socket) that gives

@@ -1,6 +1,6 @@
-"""podgpu in its production configuration on a real GPU, measured (issues 7 and 8): RSS, threads
+"""podgpu in its production configuration on a real GPU, measured: RSS, threads
 and open files every 10 s, with a gpu-burn in the middle whose minutes must show Max 100 / Min 0
-in the EMF documents, and a 1 s scrape log of /metrics for the dashboard picture (issue 10).
+in the EMF documents, and a 1 s scrape log of /metrics for the dashboard picture.
 
 Production configuration: NVML, `-k` against a kubelet stand-in (real gRPC on a unix socket; a
 pod holds GPU 0), the pod watch against an API stand-in reached exactly as in a cluster

@@ -1,4 +1,4 @@
-"""What the kubelet PodResources client costs (issue 20 item 3): grpcio (podgpu's client,
+"""What the kubelet PodResources client costs: grpcio (podgpu's client,
 attribution/kubelet.py) against grpclib (pure-Python asyncio gRPC over h2) for our one unary
 `List` on a unix socket. The kubelet stand-in (a real grpcio server, tests/integration/
 kubelet_fake.py) runs in a child process so its own grpc import is not counted; the client runs

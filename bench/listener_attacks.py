@@ -1,4 +1,4 @@
-"""Attacks on the listener that reach it before a request completes (issue 19 item 1), beside
+"""Attacks on the listener that reach it before a request completes, beside
 Prometheus-like scrapers:
 
     .venv/bin/python bench/listener_attacks.py tls-silent --conns 1000 --duration 60 --out X.json

@@ -1,5 +1,5 @@
 """HTTP load against `podgpu serve --simulate 8`: well-behaved scrapers while slow and half-open
-connections attack the same port (issue 13 item 4).
+connections attack the same port.
 
     .venv/bin/python bench/load.py --scrapers 100 --duration 60 --slow 1000 --half-open 20000 \
         --out bench/results/load-<date>.json

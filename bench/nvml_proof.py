@@ -1,4 +1,4 @@
-"""The NVML backend proven on a real GPU in one run (issue 3, item 7).
+"""The NVML backend proven on a real GPU in one run.
 
 1. starts `podgpu serve -c 1000` on the real GPU and `nvitop-exporter --interval 1` beside it;
 2. runs `podgpu burn --on 20 --off 20 --duration 120` and scrapes both exporters every second;

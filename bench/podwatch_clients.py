@@ -1,4 +1,4 @@
-"""What the pod watch's Kubernetes client costs (issue 8 item 5, issue 20 item 1): RSS steady and
+"""What the pod watch's Kubernetes client costs: RSS steady and
 peak, start-up, installed bytes. One client per run, in this interpreter: on top of what
 `podgpu serve -k` already loads (aiohttp, pynvml, ssl), it lists this node's pods from the pod
 API stand-in over TLS with a bearer token and follows a watch through 20 changes, as podgpu's pod

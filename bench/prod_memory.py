@@ -1,4 +1,4 @@
-"""Production memory of `podgpu serve` (issue 8 item 5): RSS, threads, open fds and CPU every
+"""Production memory of `podgpu serve`: RSS, threads, open fds and CPU every
 `--sample-every` s for `--duration` s, for four configurations run side by side so the cost of
 each part is known:
 

@@ -3,7 +3,7 @@ churn, scraped every second; RSS, open descriptors, threads and series sampled e
 
     .venv/bin/python bench/soak.py --duration 3600 --out bench/results/soak-<date>.json
 
-What it holds podgpu to (issue 13 item 6), after a warm-up (the first `--warmup` seconds):
+What it holds podgpu to, after a warm-up (the first `--warmup` seconds):
 - resident memory grows by at most `--rss-bound-mib` (default 4 MiB) from the first sample after
   warm-up to the last, and its least-squares slope stays under 1 MiB per hour;
 - open file descriptors and threads stay within +-2 of their post-warm-up minimum;
@@ -103,7 +103,7 @@ class Churn:
         self._history: list[set[str]] = []
         self.last_listed: dict[str, float] = {}
         """Pod name -> when it was last listed (monotonic s): accounting counters outlive a pod
-        by the grace period (issue 21)."""
+        by the grace period."""
 
     def step(self) -> None:
         with self.lock:

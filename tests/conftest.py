@@ -22,7 +22,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 class FakeClock:
-    """A clock tests move by hand (STYLE rule 6: fakes, not mocks)."""
+    """A clock tests move by hand (fakes, not mocks)."""
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         self.now = start

@@ -1,5 +1,5 @@
-"""An EMF validator and extractor written from the specification (shared/reference/cloudwatch.md
-§4), not from podgpu's encoder: `validate()` raises EmfError naming the first violation,
+"""An EMF validator and extractor written from the specification (the CloudWatch EMF
+specification), not from podgpu's encoder: `validate()` raises EmfError naming the first violation,
 `extract()` returns the metrics CloudWatch would create from a document.
 
 Metric values may be a number, an array of at most 100 numbers, or the value-distribution object

@@ -1,4 +1,4 @@
-"""Hostile HTTP peers on loopback for the clients podgpu runs (issue 19 item 2): the bridge's
+"""Hostile HTTP peers on loopback for the clients podgpu runs: the bridge's
 scrape targets, `podgpu top`'s nodes, the EMF sender's endpoint.
 
 A real TCP server (a thread per connection) that reads the request head and then misbehaves as

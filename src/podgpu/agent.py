@@ -86,7 +86,7 @@ def build_agent(settings: ServeSettings) -> Agent:
     metrics = load_metrics(settings.collect)
     for w in metrics.warnings:
         log.warning("%s", w)
-    empty = empty_list_warning(metrics)  # dcgm-exporter starts on such a list (issue 17 item 6)
+    empty = empty_list_warning(metrics)  # dcgm-exporter starts on such a list
     if empty is not None:
         log.warning("%s", empty)
     k = settings.kubernetes
@@ -157,11 +157,11 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     if settings.simulation is not None:
         log.warning("SIMULATED GPU node: %d x %s; these values are not from real GPUs",
                     len(devices), devices[0].model if devices else "?")
-    elif devices or not isinstance(backend, DriverWait):  # waiting: DriverWait logs it (issue 22)
+    elif devices or not isinstance(backend, DriverWait):  # waiting: DriverWait logs it
         log.info("NVML: %d device(s), driver %s", len(devices), info.get("driver_version"))
     def build_labels() -> tuple[tuple[str, str], ...]:
         """podgpu_build_info's labels, read each cycle: a driver that came up after podgpu
-        started has its version known from then on (issue 22)."""
+        started has its version known from then on."""
         return (("version", __version__), ("backend", backend.name),
                 ("driver_version", backend.info().get("driver_version", "")),
                 ("python_version", sys.version.split()[0]))
@@ -188,7 +188,7 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     else:
         report_unavailable()
 
-    acct = build_accountant(settings.accounting, agent.label_opts)  # issue 21; None when off
+    acct = build_accountant(settings.accounting, agent.label_opts)  # None when off
     insights = settings.emf is not None and settings.emf.container_insights
     if insights:
         from podgpu.sinks.cloudwatch.insights import KeepsInsightsFields, with_insights_fields
@@ -268,7 +268,7 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
         run_listener(app, settings.http, security=security, stopper=agent.stopper,
                      reload_blocking=[lists.request], ready=listening)
     except ListenError:
-        if emf is not None:  # a start that fails sends nothing (issue 18 item 6)
+        if emf is not None:  # a start that fails sends nothing
             emf.abort()
             emf = None
         raise

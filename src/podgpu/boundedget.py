@@ -1,5 +1,5 @@
 """One bounded HTTP GET for the peers podgpu reads as a client (the bridge's scrape targets,
-`podgpu top`'s nodes): a peer can make it fail, never make it hang or grow (issue 19 item 2).
+`podgpu top`'s nodes): a peer can make it fail, never make it hang or grow.
 
 - **One deadline for the whole request** (connect, headers, body): a watchdog shuts the socket
   down when it passes, which wakes a read blocked on it. A socket timeout alone bounds each read,

@@ -4,7 +4,7 @@ Busy phases run fp32 matrix products (like gpu_burn's SGEMM) with PyTorch or CuP
 installed, on every selected GPU at once (one thread per GPU), synchronising every 10 products so a
 busy phase ends on time. Between phases the matrices are freed, so FB_USED falls as it does with
 gpu_burn's process exit. Prints a progress bar and the achieved TFLOP/s of each busy phase.
-Recipe measured on an H200: reference/prometheus-grafana.md §8.3.
+The recipe was measured on an H200 (bench/RESULTS.md).
 
 Each phase boundary is also printed as one parseable line, e.g.
 `burn phase=1 state=busy start=1764680000.123` / `... end=... gpu0_tflops=49.7`, for benchmarks

@@ -8,7 +8,7 @@ environment, files). In a pod, "no GPU driver yet" is waited for, never an exit
 (`--wait-for-driver`, backends/driverwait.py).
 
 SIGHUP is ignored from the first line of `main`, before any import that takes time, so a reload
-signal sent while podgpu starts never kills it (issue 19 item 4); the agent's reload handler
+signal sent while podgpu starts never kills it; the agent's reload handler
 takes over once it serves.
 """
 
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
         args.insert(0, "serve")  # dcgm-exporter style: flags only
     name, rest = args[0], args[1:]
-    if name in DAEMONS:  # first, before any slow import (issue 19 item 4)
+    if name in DAEMONS:  # first, before any slow import
         signal.signal(signal.SIGHUP, _ignore_sighup)
         if argv is None:  # a real process: SIGINT ends start-up as SIGTERM's default does, never
             # a KeyboardInterrupt that a start-up step could swallow; the server's own graceful

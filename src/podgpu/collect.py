@@ -61,7 +61,7 @@ class Collector:
             ok, err = reading.errors == 0 and not reading.lost, ""
             if reading.lost:
                 err = "; ".join(f"{d}: {why}" for d, why in reading.lost)
-        except Exception as exc:  # a backend bug must not stop the loop (STYLE rule 4)
+        except Exception as exc:  # a backend bug must not stop the loop
             log.exception("backend %s failed", self._backend.name)
             reading, ok, err = Reading(samples=()), False, f"{type(exc).__name__}: {exc}"
             self._errors[self._backend.name] += 1
@@ -134,7 +134,7 @@ class CollectLoop:
         self._thread.start()
 
     def _run(self) -> None:
-        """Issue 13: a loop that dies (anything escaping the per-cycle guard, e.g. a timer that
+        """A loop that dies (anything escaping the per-cycle guard, e.g. a timer that
         overflows) must not leave the server answering the last snapshot forever."""
         try:
             self._ticks()

@@ -1,4 +1,4 @@
-"""The one EMF sink builder, used by `podgpu serve` and `podgpu emf` (issue 16 item 2).
+"""The one EMF sink builder, used by `podgpu serve` and `podgpu emf`.
 
 From `EmfSettings` (podgpu.settings) to a running-ready `EmfSink`: the agent config read and
 checked, the log group and stream named as the CloudWatch agent names them, the encoder, the
@@ -150,7 +150,7 @@ def _build(settings: EmfSettings, *, node: str,
     labels = (builder.options.constant_labels() if builder is not None
               else {**(route_labels or {}), "ClusterName": cluster})
     per_event = target.kind in ("tcp", "udp")  # the agent's listener routes each event
-    # issue 18 item 3: placeholders as the agent fills them; its default stream is {JobName}
+    # placeholders as the agent fills them; its default stream is {JobName}
     group, stream, warnings = resolve_log_names(
         template, settings.log_stream or DEFAULT_LOG_STREAM, labels, per_event=per_event)
     if target.kind != "stdout":

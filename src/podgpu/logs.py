@@ -10,7 +10,7 @@ import time
 
 _MAX_ONCE_KEYS = 4096
 QUIET_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3", "kubernetes", "grpc", "asyncio",
-                   "grpclib", "h2", "hpack")  # issue 20: the kubelet client's HTTP/2 stack
+                   "grpclib", "h2", "hpack")  # the kubelet client's HTTP/2 stack
 """Kept at INFO under --debug: botocore's DEBUG prints request headers (an STS session token),
 the Kubernetes client's prints response bodies (pod specs with env values) (SECURITY.md)."""
 
@@ -47,7 +47,7 @@ _seen_lock = threading.Lock()
 
 
 def log_once(logger: logging.Logger, level: int, key: str, msg: str, *args: object) -> None:
-    """Log `msg` the first time `key` is seen; the key set is bounded (STYLE rule 11)."""
+    """Log `msg` the first time `key` is seen; the key set is bounded."""
     with _seen_lock:
         if key in _seen or len(_seen) >= _MAX_ONCE_KEYS:
             return

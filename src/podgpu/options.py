@@ -1,8 +1,8 @@
 """The one option engine: a table of `Option`s adds flags to argparse and resolves each value
-flag > environment > default, for every command (issue 16 item 1).
+flag > environment > default, for every command.
 
 Flags are read as Go's `flag` package (which dcgm-exporter's urfave/cli uses) reads them, so a
-DaemonSet written for dcgm-exporter starts podgpu unchanged (issue 17 item 6): `-flag` and
+DaemonSet written for dcgm-exporter starts podgpu unchanged: `-flag` and
 `--flag` are the same flag, long or short (`-collectors`, `--f`); values as `-flag=v` or
 `-flag v`; a bool flag alone means true and takes `=false`. Integer settings accept Go's integer
 syntax (`strconv.ParseInt` base 0: `0x7530`, `30_000`, `0o17`, `0b1`, `017`). A value outside an

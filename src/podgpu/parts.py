@@ -58,8 +58,8 @@ def make_scenario(settings: ServeSettings) -> Scenario | None:
 
 
 def make_backend(settings: ServeSettings, scenario: Scenario | None = None) -> Backend:
-    """The GPU backend, wrapped in the `-d` selection (issue 9); the default `f` too, which
-    drops a MIG GPU's parent series beside its instances (issue 17 item 3)."""
+    """The GPU backend, wrapped in the `-d` selection; the default `f` too, which
+    drops a MIG GPU's parent series beside its instances."""
     backend = _make_backend(settings, scenario)
     if settings.collect.devices.flex and settings.simulation is not None and (
             scenario is None or not scenario.mig):
@@ -67,7 +67,7 @@ def make_backend(settings: ServeSettings, scenario: Scenario | None = None) -> B
     from podgpu.backends.select import SelectedBackend
 
     selected = SelectedBackend(backend, settings.collect.devices)
-    if settings.collect.wait_for_driver and settings.simulation is None:  # issue 22
+    if settings.collect.wait_for_driver and settings.simulation is None:
         from podgpu.backends.driverwait import DriverWait
 
         return DriverWait(selected)
@@ -94,7 +94,7 @@ def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend
         xid_window_seconds=c.xid_window_ms / 1000.0,
         clock_events_window_seconds=c.clock_events_window_ms / 1000.0,
         clock_events_sample_seconds=c.clock_events_sample_ms / 1000.0,
-        # a hung GPU costs at most this much of a cycle (issue 13): 0.8 interval, 1..10 s
+        # a hung GPU costs at most this much of a cycle: 0.8 interval, 1..10 s
         read_timeout_seconds=min(10.0, max(1.0, 0.8 * c.interval)),
     )
 

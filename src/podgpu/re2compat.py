@@ -1,4 +1,4 @@
-"""Every user-written regex, compiled with Go's RE2 semantics (issues 17 and 18).
+"""Every user-written regex, compiled with Go's RE2 semantics.
 
 dcgm-exporter (its pod-label allowlist), the CloudWatch agent (`label_matcher`,
 `metric_selectors`) and Prometheus (relabel `regex`) are Go programs: their users write Go

@@ -1,6 +1,6 @@
 """SIGHUP: reload the metric list and the web config instead of dying.
 
-A process that gets SIGHUP and has no handler is killed silently (issue 13); dcgm-exporter treats
+A process that gets SIGHUP and has no handler is killed silently; dcgm-exporter treats
 signals as reload or shutdown. podgpu reloads: the web config (http.websecurity, which also follows
 its files by itself) and the metric list given with `-f`, or re-read from the ConfigMap named by
 `-m` (the embedded default has nothing to re-read); reading runs on a worker thread, off the

@@ -1,4 +1,4 @@
-"""Frozen per-component settings, validated once at start and passed whole (issue 16 item 1).
+"""Frozen per-component settings, validated once at start and passed whole.
 
 Each component gets its own object (collect, Kubernetes, HTTP, EMF, simulation, output labels,
 logging) instead of one flat bag of ~50 fields, so `build_attributor(settings.kubernetes)` needs
@@ -49,10 +49,10 @@ class CollectSettings:
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
     clock_events_sample_ms: int = 30000
     """One clock-event bitmask sample counts per this many ms: the -c the user gave (the
-    interval dcgm-exporter would sample at), else dcgm-exporter's default 30000 (issue 17)."""
+    interval dcgm-exporter would sample at), else dcgm-exporter's default 30000."""
     wait_for_driver: bool = False
     """NVML not there yet: retry in the background (backends/driverwait.py) instead of exit 1;
-    --wait-for-driver auto resolves it to "in Kubernetes" (issue 22)."""
+    --wait-for-driver auto resolves it to "in Kubernetes"."""
 
     @property
     def interval(self) -> float:
@@ -128,7 +128,7 @@ class EmfSettings:
     labels: tuple[tuple[str, str], ...] = ()
     """--emf-label: extra KEY=VALUE on every series."""
     job: str = "kubernetes-service-endpoints"
-    """--emf-job: the agent scrape job's name (its default job's, issue 18)."""
+    """--emf-job: the agent scrape job's name (its default job's)."""
     identity: str = "agent"
     """--emf-identity: agent (the agent path's labels) or workload (podgpu's richer ones)."""
     namespace: str = ""
@@ -177,7 +177,7 @@ class OutputSettings:
 
 @dataclass(frozen=True, slots=True)
 class AccountingSettings:
-    """Per-pod GPU accounting counters (issue 21, docs/accounting.md)."""
+    """Per-pod GPU accounting counters (docs/accounting.md)."""
 
     enabled: bool = True
     grace_seconds: float = 600.0

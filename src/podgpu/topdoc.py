@@ -1,5 +1,5 @@
 """`podgpu top`'s side of a node: fetch its snapshot document within bounds, check every key `top`
-reads, and make node-supplied text safe for a terminal (issue 19 item 2).
+reads, and make node-supplied text safe for a terminal.
 
 A node is a peer `top` does not control (a compromised pod can name itself anything; a proxy can
 answer anything), so:

@@ -1,5 +1,5 @@
 """Runs the rendered DaemonSet's container as a local process: its exact args and env, with the
-paths it mounts mapped to temporary directories (the "start-up contract", issue 8 item 4).
+paths it mounts mapped to temporary directories (the "start-up contract").
 
 Shared by tests/deploy/test_startup_contract.py and bench/prod_memory.py. What differs from the
 cluster, and nothing else: mount paths point at temp dirs; `spec.nodeName` is "test-node"; the

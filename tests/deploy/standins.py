@@ -1,5 +1,5 @@
 """What a node gives podgpu, as real local servers, for the start-up contract test and
-bench/prod_memory.py (STYLE rule 6: fakes at the boundary, real protocols).
+bench/prod_memory.py (fakes at the boundary, real protocols).
 
 - `KubeApi`: the pod API stand-in (tests/integration/kube_api_fake.py) behind real TLS, with a
   service-account directory (token, ca.crt) as Kubernetes mounts it, so podgpu's unmodified

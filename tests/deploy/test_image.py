@@ -1,4 +1,4 @@
-"""Issue 8 item 1: the image recipe. No container daemon exists here, so the Dockerfile is linted
+"""The image recipe. No container daemon exists here, so the Dockerfile is linted
 by hadolint and its promises are checked one by one: pinned hashed dependencies that match
 pyproject.toml, a non-root final stage without compilers, dcgm-exporter's metric-list paths, and
 a site-packages pruning that leaves what podgpu loads working."""
@@ -161,7 +161,7 @@ def test_dockerignore_lets_in_exactly_what_the_dockerfile_copies() -> None:
 
 def test_pruned_site_packages_still_do_what_podgpu_needs(tmp_path: Path) -> None:
     """Run the Dockerfile's prune script on a copy of botocore, then use it from a fresh
-    interpreter as podgpu does (issue 20: no boto3 or kubernetes client): podgpu's Logs client
+    interpreter as podgpu does (no boto3 or kubernetes client): podgpu's Logs client
     resolves the endpoint from the rule set and puts an event into the Logs stand-in, and an STS
     client (IRSA) loads."""
     import botocore

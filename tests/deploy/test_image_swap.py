@@ -1,4 +1,4 @@
-"""Issue 22 item 3: the image-only swap into the GPU Operator's exporter DaemonSet, in the built
+"""The image-only swap into the GPU Operator's exporter DaemonSet, in the built
 image. The GPU Operator's ClusterPolicy can change that DaemonSet's image, args and env but not
 its securityContext: `privileged: true` and no user, so the image's default user runs it. The
 test runs the image as that DaemonSet runs its container (restated from the operator's

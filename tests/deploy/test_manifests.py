@@ -1,4 +1,4 @@
-"""Issue 8 item 3: every overlay renders with `kubectl kustomize`, validates against the
+"""Every overlay renders with `kubectl kustomize`, validates against the
 Kubernetes schemas of two supported minors (strict: unknown fields fail), the ServiceMonitor
 against the prometheus-operator CRD's own schema, passes checkov with a short, reasoned skip
 list, and has the security and scheduling properties the issue asks for."""

@@ -1,5 +1,5 @@
 """bench/prod_memory.py runs (5 s, simulated) and measures what it says, with the DaemonSet's
-own args: the H200 run of issue 8 item 5 must not be the first time it runs."""
+own args: the H200 production-memory run must not be the first time it runs."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Issue 8 "Done when": the rendered ServiceMonitor keeps the workload's `pod` label, shown by
+"""The rendered ServiceMonitor keeps the workload's `pod` label, shown by
 a real Prometheus scraping a real podgpu.
 
 Prometheus cannot discover Kubernetes targets here, so each job is the one Kubernetes would
 produce with its service discovery replaced by a static target carrying the same
 `__meta_kubernetes_*` labels (the exporter pod's name, namespace, container, node). For the
 ServiceMonitor, the relabelling prometheus-operator generates before the user's rules (target
-labels namespace/service/pod/container/endpoint, reference/prometheus-grafana.md §5.3) is
+labels namespace/service/pod/container/endpoint, Prometheus' documentation) is
 written out, followed by the ServiceMonitor's own relabelings, honorLabels, interval and path as
 rendered. A control job with honor_labels false shows the rename the ServiceMonitor avoids.
 """

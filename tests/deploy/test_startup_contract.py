@@ -1,4 +1,4 @@
-"""Issue 8 item 4, issue 22 item 3: the rendered DaemonSet's own args and env start a working
+"""The rendered DaemonSet's own args and env start a working
 podgpu, its probes pass with and without TLS, and it waits for a driver that is not there yet.
 
 For every overlay: a real gRPC kubelet on a unix socket in the directory that stands in for the

@@ -1,1 +1,1 @@
-"""In-repo fakes of external systems (STYLE rule 6)."""
+"""In-repo fakes of external systems."""

@@ -1,4 +1,4 @@
-"""A simulated node for accounting (issue 21 item 6): pods coming and going on exclusive,
+"""A simulated node for accounting: pods coming and going on exclusive,
 time-sliced and MIG GPUs over simulated hours, with a device energy counter, missed cycles and
 jittered cycle times. A test fake, independent of podgpu's simulated backend.
 

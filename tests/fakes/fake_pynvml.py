@@ -171,11 +171,11 @@ class FakeGpu:
     """(pid, timestamp_us, smUtil) as nvmlDeviceGetProcessUtilization reports them."""
     event_types: int = 0xFF9F
     hold: threading.Event | None = None
-    """Fault injection (issue 13): while set to an unset Event, every call on this GPU blocks,
+    """Fault injection: while set to an unset Event, every call on this GPU blocks,
     as a call into a wedged driver does (handle lookups by index or UUID included)."""
     hold_only: frozenset[str] = frozenset()
-    """With `hold`: block only in these NVML functions (e.g. discovery, MIG enumeration, P2P;
-    issue 17), not in every call."""
+    """With `hold`: block only in these NVML functions (e.g. discovery, MIG enumeration, P2P),
+    not in every call."""
 
 
 @dataclass(frozen=True)

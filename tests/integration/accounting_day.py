@@ -1,4 +1,4 @@
-"""A simulated day of podgpu's accounting counters in a real Prometheus (issue 21 items 2-3).
+"""A simulated day of podgpu's accounting counters in a real Prometheus.
 
 A node of four GPUs (exclusive, time-sliced 3 ways, MIG 3g+2g+1g+1g, time-sliced 2 ways) runs
 the churn schedule of tests/fakes/churn_node.py for 24 hours on an accelerated clock: the real

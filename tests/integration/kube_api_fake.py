@@ -189,7 +189,7 @@ class FakeKubeApi:
                 self._json(200, body)
 
             def _configmap(self, ns: str, name: str) -> None:
-                """GET one ConfigMap (issue 9: `-m NAMESPACE:NAME`); 403 when `forbidden`."""
+                """GET one ConfigMap (`-m NAMESPACE:NAME`); 403 when `forbidden`."""
                 if api.fail_status is not None:
                     self._json(api.fail_status, {"kind": "Status", "code": api.fail_status,
                                                  "message": "injected"})

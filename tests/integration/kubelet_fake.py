@@ -1,4 +1,4 @@
-"""A real kubelet PodResources v1 gRPC server on a unix socket, for tests (STYLE rule 6).
+"""A real kubelet PodResources v1 gRPC server on a unix socket, for tests.
 
 Serves whatever pods the test sets, can fail `List` with a chosen status, and can be stopped
 (socket removed, as when the kubelet restarts) and started again on the same path.
@@ -63,7 +63,7 @@ class _Servicer(pb_grpc.PodResourcesListerServicer):  # type: ignore[misc]
             fail = self._owner.fail_with
             pods = list(self._owner.pods)
             delay = self._owner.delay
-        if delay:  # fault injection: a kubelet whose List hangs (issue 13)
+        if delay:  # fault injection: a kubelet whose List hangs
             time.sleep(delay)
         if fail is not None:
             context.abort(fail, "injected failure")

@@ -1,4 +1,4 @@
-"""Regenerate the README screenshots of the live page and of `podgpu top` (issue 12, item 5).
+"""Regenerate the README screenshots of the live page and of `podgpu top`.
 
     .venv/bin/python -m tests.integration.make_live_screenshots [--out docs/img] [--seconds 24]
 

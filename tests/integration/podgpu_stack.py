@@ -1,5 +1,5 @@
 """Two `podgpu serve --simulate` agents (in this process) and one real Prometheus scraping them every second
-with podgpu's rules loaded: the stack the dashboard and rule tests query (issue 10 item 3).
+with podgpu's rules loaded: the stack the dashboard and rule tests query.
 
 Node gpu-node-1: 4 x H100 with deploy/gen/simnode.py's scenario (GPU 0 held by one pod, GPU 1
 time-sliced 60/40 by two pods, GPU 2 allocated to a pod that never uses it, GPU 3 free).

@@ -1,4 +1,4 @@
-"""Debian's Prometheus 2.42 on loopback as a test peer (reference/prometheus-grafana.md §7)."""
+"""Debian's Prometheus 2.42 on loopback as a test peer (Prometheus' documentation)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`podgpu report` against a real Prometheus holding a simulated day of podgpu's accounting
-counters (issue 21 item 3): the numbers per pod and namespace equal the values computed from the
+counters: the numbers per pod and namespace equal the values computed from the
 schedule in continuous time, across podgpu's restart at noon; long ranges print progress; bad
 input and an unreachable or wrong server are one-line errors with the right exit status."""
 

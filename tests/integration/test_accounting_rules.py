@@ -1,4 +1,4 @@
-"""The accounting rules (issue 21 item 2): valid for promtool, their unit tests pass on input
+"""The accounting rules: valid for promtool, their unit tests pass on input
 series from the simulated node's real accounting counters (with a podgpu restart), a broken rule
 fails them, and the PrometheusRule matches the operator's CRD. Regeneration without drift is
 tests/integration/test_rules_promtool.py's test (it covers every file deploy.gen.write makes)."""

@@ -1,4 +1,4 @@
-"""Issue 21's "done when" on `podgpu serve --simulate 4`'s built-in scenario: over 20 s of real
+"""Accounting on `podgpu serve --simulate 4`'s built-in scenario: over 20 s of real
 time, train-0's allocated seconds grow by ~20, infer-a + infer-b's together by ~20, and the pods'
 energy on GPUs 0 and 1 equals DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION's increase within 3 %. Also:
 the counters are valid text format for Prometheus' own parser, `--accounting=false` removes them,

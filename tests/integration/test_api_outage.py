@@ -1,4 +1,4 @@
-"""Issue 13 item 3: the API server gone and back. The pod API stand-in sits behind a relay the
+"""The API server gone and back. The pod API stand-in sits behind a relay the
 test takes down (connection refused, as when the API server restarts) and brings back on the same
 address; the relay is the injected fault. The pod watch counts the outage, keeps no unbounded
 state (threads and index size counted), and resumes: changes made while it was gone show up."""

@@ -1,4 +1,4 @@
-"""Issue 4 "Done when", end to end: `podgpu serve --simulate 4 -k --pod-resources-kubelet-socket
+"""End to end: `podgpu serve --simulate 4 -k --pod-resources-kubelet-socket
 SOCK` as a real process, against a real gRPC PodResources server on a unix socket."""
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def test_keeps_serving_while_the_socket_is_gone_and_attribution_returns(
     assert holders(m, U[0]) == []
     m, _ = until(p, lambda m: kubelet_errors(m) > before + 1, 5)
     status, body = health(p)
-    # GPU metrics are fine: still 200; the body says the kubelet is missing (issue 9)
+    # GPU metrics are fine: still 200; the body says the kubelet is missing
     assert status == 200 and body["status"] == "degraded"
     assert any(w.startswith("kubelet unavailable: ") for w in body["warnings"])
     assert body["kubelet"].startswith("unavailable: ")

@@ -1,4 +1,4 @@
-"""Issue 13: inputs that used to die with a traceback are exit 2 with one line: NaN burn times, an
+"""Inputs that used to die with a traceback are exit 2 with one line: NaN burn times, an
 empty --proc-root. (A metric list without metric rows starts, as in dcgm-exporter, with a warning
 and `/health`'s metric_list entry saying so: tests/integration/test_list_follow.py.)"""
 

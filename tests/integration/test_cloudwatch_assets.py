@@ -51,7 +51,7 @@ def produced(config: Path) -> tuple[set[tuple[str, str, frozenset[str]]], set[st
     sink = EmfSink(node.builder(), Encoder(load_emf_config(str(config))), EventQueue(1 << 24),
                    captured, interval=60)
     sink.start()
-    accountant = Accountant(node.builder().options.labels)  # issue 21's counters, as serve does
+    accountant = Accountant(node.builder().options.labels)  # the accounting counters, as serve does
     for snap in node.snapshots(150):
         sink.offer(snap)
         accountant.observe(snap)

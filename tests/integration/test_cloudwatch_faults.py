@@ -127,7 +127,7 @@ def test_ten_minutes_of_throttling_lose_nothing_and_duplicate_nothing(
     for lines in got.values():
         for m in extract(lines[0]):
             if m.name == "DCGM_FI_DEV_GPU_UTIL":
-                # the agent path's identity (issue 18): podgpu's namespace, the agent's job,
+                # the agent path's identity: podgpu's namespace, the agent's job,
                 # the workload's pod, no unit
                 assert m.namespace == "ContainerInsights/Prometheus" and m.unit == "None"
                 assert dict(m.dimensions) == {"ClusterName": "prod", "Namespace": "gpu-operator",

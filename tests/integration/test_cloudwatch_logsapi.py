@@ -1,4 +1,4 @@
-"""CloudWatch Logs without a boto3 client (sinks/cloudwatch/logsapi.py, issue 20): botocore's
+"""CloudWatch Logs without a boto3 client (sinks/cloudwatch/logsapi.py): botocore's
 credential chain, SigV4 signer and endpoint rules, against moto server over real HTTP."""
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ def assert_samples_arrived(got: list[Extracted], name: str,
 
 def seed_dims(pod: str = "train-0") -> tuple[tuple[str, str], ...]:
     """The agent path's dimensions: Namespace is podgpu's own (POD_NAMESPACE), job the agent's
-    default job, pod the workload's (issue 18 item 1)."""
+    default job, pod the workload's."""
     return tuple(sorted({"Service": "nvidia-dcgm-exporter", "Namespace": "gpu-operator",
                          "ClusterName": "e2e", "job": "kubernetes-service-endpoints",
                          "pod": pod}.items()))

@@ -1,4 +1,4 @@
-"""Issue 13: when the collector thread dies, the process notices and exits non-zero instead of
+"""When the collector thread dies, the process notices and exits non-zero instead of
 serving the last snapshot forever. The fault is injected in a wrapper around the real CLI (the
 only monkeypatching here): from the fourth cycle on, `Collector.cycle` raises SystemExit, which
 the per-cycle guard (it catches Exception) lets through, as any BaseException would."""
@@ -56,7 +56,7 @@ def test_on_death_is_called_with_what_killed_the_loop() -> None:
 
 
 def test_in_process_a_dead_collect_loop_stops_the_server_through_the_event_loop() -> None:
-    """Issue 16 item 5: no signal is raised at the process (a test's agent shares it); the
+    """No signal is raised at the process (a test's agent shares it); the
     serving task is cancelled from the dying thread and `run` returns 1. The fault is injected
     by wrapping the real backend's read (fault injection only)."""
     from tests.conftest import InProcessAgent

@@ -1,4 +1,4 @@
-"""Issue 9 compatibility suite: dcgm-exporter's stock lists (restated in
+"""The dcgm-exporter compatibility suite: dcgm-exporter's stock lists (restated in
 tests/fixtures/dcgm-exporter/ from d5e5f51, every commented row enabled too), its 1.x list, and a
 list of every DCGM field name go-dcgm knows, through podgpu on the simulated H100, H200, A100 and
 A10G nodes: each list parses without an error, and every row is either exported under the list's

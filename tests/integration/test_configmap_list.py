@@ -1,5 +1,5 @@
 """`-m NAMESPACE:NAME`: the metric list from a ConfigMap through the Kubernetes API, against the
-pod API stand-in (issue 9 item 5)."""
+pod API stand-in."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_forbidden_or_unreachable_api_is_a_runtime_error(api: FakeKubeApi) -> No
 
 
 def test_sighup_with_m_re_reads_the_configmap(api: FakeKubeApi) -> None:
-    """Issue 16 item 5: with -m, the reload SIGHUP triggers reads the ConfigMap again (before, it
+    """With -m, the reload SIGHUP triggers reads the ConfigMap again (before, it
     logged "embedded default; nothing to reload"); a broken edit keeps the list in use. The
     loader is the one the agent wires for -m (agent.py: load_metrics(settings.collect))."""
     from podgpu.reload import MetricListSwitch

@@ -1,5 +1,5 @@
 """The dashboard's queries, the recording rules and dashboard 12239's queries against a real
-Prometheus scraping two real simulated podgpu nodes (issue 10 items 3 and 4).
+Prometheus scraping two real simulated podgpu nodes.
 
 Expected numbers come from the scenario (deploy/gen/simnode.py: which pod holds which GPU with
 what share) and from the device series Prometheus scraped, never from the queries under test.

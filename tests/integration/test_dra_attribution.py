@@ -1,5 +1,5 @@
-"""--kubernetes-enable-dra against the real gRPC kubelet stand-in serving `dynamic_resources`
-(issue 9 item 5): NVIDIA DRA GPUs carry pod labels like device-plugin GPUs."""
+"""--kubernetes-enable-dra against the real gRPC kubelet stand-in serving `dynamic_resources`:
+NVIDIA DRA GPUs carry pod labels like device-plugin GPUs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An agent that started before the NVIDIA driver (issue 22's driver wait) serving through the
+"""An agent that started before the NVIDIA driver (the driver wait) serving through the
 driver's arrival: no GPUs and an empty driver_version first, then the GPUs and the driver's
 version in podgpu_build_info without a restart, and the listed fields this node lacks logged once
 the GPUs are known. The agent and NvmlBackend are real; the fake

@@ -1,4 +1,4 @@
-"""Issue 18's "Done when", with real processes:
+"""With real processes:
 
 - `podgpu serve` on a simulated node with the seed's config, stdout destination and
   POD_NAMESPACE=gpu-operator: every event's dimensions are the restated agent's (the oracle,

@@ -1,4 +1,4 @@
-"""`podgpu emf` as a real process against hostile targets beside a good one (issue 19 item 2, the
+"""`podgpu emf` as a real process against hostile targets beside a good one (the
 short form of bench/hostile_clients.py): a gzip bomb, an endless body, too many series, a target
 trickling one byte a second, a redirect to ftp://, and a target behind basic auth. The good
 target never misses a scrape, /health names each bad one and why, the password never shows, the

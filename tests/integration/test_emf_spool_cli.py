@@ -1,5 +1,5 @@
 """A bad `--emf-spool-dir` is one line and exit 2 for `serve` and `emf`, and a spool holding a FIFO
-and a symlink to /dev/zero does not stop `serve` from starting (issue 19 item 2). Real processes,
+and a symlink to /dev/zero does not stop `serve` from starting. Real processes,
 real files."""
 
 from __future__ import annotations

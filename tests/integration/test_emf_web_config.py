@@ -1,4 +1,4 @@
-"""Issue 16 item 3: `podgpu emf` serves /metrics and /health through podgpu.http like `serve`:
+"""`podgpu emf` serves /metrics and /health through podgpu.http like `serve`:
 its --web-config-file gives TLS and basic auth, its listener the same connection limits. Before,
 the bridge ran the standard library's ThreadingHTTPServer: plain HTTP only, no authentication,
 a thread per connection. Real process, real TLS clients (Python's ssl), a real exporter to
@@ -65,7 +65,7 @@ def test_emf_serves_over_tls_with_basic_auth_and_the_same_limits(tmp_path: Path)
         assert _get(base + "/metrics", ctx, None)[0] == 401
         assert _get(base + "/metrics", ctx, "prometheus:wrong")[0] == 401
         assert _get(base + "/health", ctx, None)[0] == 200  # exempt from auth, as serve's
-        # the guard's and auth's counts are exported (issue 16 item 4)
+        # the guard's and auth's counts are exported
         body = _get(base + "/metrics", ctx, f"prometheus:{PASSWORD}")[1].decode()
         assert 'podgpu_http_requests_denied_total{reason="unauthorized"} 2' in body, body
         assert "podgpu_http_auth_failures_total 1" in body

@@ -1,4 +1,4 @@
-"""Issue 13 item 3, the kubelet gone and back, short form of bench/faults.py (whose 5-minute
+"""The kubelet gone and back, short form of bench/faults.py (whose 5-minute
 figure is in bench/RESULTS.md): GPU series on every scrape and a collect cycle per interval while
 the socket is gone, pod labels dropped, and back within two collect cycles of its return. Counted
 in scrapes and cycles, not seconds."""

@@ -1,4 +1,4 @@
-"""Fuzzing the HTTP request line and headers against the real `podgpu serve` (issue 13 item 5).
+"""Fuzzing the HTTP request line and headers against the real `podgpu serve`.
 
 Every request, however malformed, gets a short, well-formed answer or a closed connection within
 the socket timeout: never a 500, never a hang, never an echo of what was sent; and the server

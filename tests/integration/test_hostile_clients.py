@@ -1,4 +1,4 @@
-"""Issue 13: what a hostile or broken client does to `podgpu serve`, against the real process.
+"""What a hostile or broken client does to `podgpu serve`, against the real process.
 
 Each test reproduces one defect found by hand (half-open connections never closed, a traceback
 and an echo per malformed request, version disclosure, no Vary, tracebacks on listen errors).

@@ -1,4 +1,4 @@
-"""podgpu's own Kubernetes API access (attribution/kubeapi.py, issue 20) against the pod API
+"""podgpu's own Kubernetes API access (attribution/kubeapi.py) against the pod API
 stand-in: in-cluster configuration, the service-account token re-read so bound tokens rotate, a
 401 that re-reads it, bookmarks, 410 Gone as an HTTP answer, and an IPv6 API address over TLS."""
 

@@ -1,4 +1,4 @@
-"""Issue 13: a kubelet whose `List` hangs kept a deleted pod's labels and `kubelet: "ok"` for
+"""A kubelet whose `List` hangs kept a deleted pod's labels and `kubelet: "ok"` for
 ~11 s at a 1 s interval (a fixed 10 s deadline). Now the deadline follows the interval and an
 answer older than `stale_after(interval)` is not used. Against the real gRPC kubelet stand-in; its
 `delay` is the injected fault."""

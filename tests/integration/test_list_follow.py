@@ -1,5 +1,5 @@
-"""dcgm-exporter parity for the metric list and HPC jobs, through `podgpu serve` (issue 17 items
-5-6), agents in this process (tests/conftest.py InProcessAgent): the -f file is followed while running (a bad edit refused in one line, the last good list
+"""dcgm-exporter parity for the metric list and HPC jobs, through `podgpu serve`,
+agents in this process (tests/conftest.py InProcessAgent): the -f file is followed while running (a bad edit refused in one line, the last good list
 kept), a list of only label rows starts, and DCGM_HPC_JOB_MAPPING_DIR adds hpc_job labels."""
 
 from __future__ import annotations

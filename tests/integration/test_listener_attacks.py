@@ -1,4 +1,4 @@
-"""Issue 19 item 1, short form of bench/listener_attacks.py against the real `podgpu serve`:
+"""Short form of bench/listener_attacks.py against the real `podgpu serve`:
 silent TCP connects to the TLS port and pipelining clients that never read, beside scrapers.
 Before the fix, 300 silent TLS connects took +96 MiB and no pipelining non-reader was ever closed
 (bench/RESULTS.md "Listener attacks"). Counts and bounds, not times: each attacking connection

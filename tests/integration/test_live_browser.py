@@ -1,5 +1,5 @@
 """The live page in a real headless browser (Debian's chromium driven by Playwright) against
-`podgpu serve --simulate` agents in this process (issue 12, item 4).
+`podgpu serve --simulate` agents in this process.
 
 The only fault injection is Playwright's request routing, used to log every request and to
 refuse any that leaves the origin (there must be none), and to keep the snapshot bodies the page

@@ -1,4 +1,4 @@
-"""The load test's short form (issue 13 item 4): well-behaved scrapers keep a 100 % success rate
+"""The load test's short form: well-behaved scrapers keep a 100 % success rate
 while slowloris and half-open connections far past the connection cap attack the same port, the
 process stays under its cap of descriptors and its log stays a few lines. Counts, not times; the
 full run (100 scrapers, 1,000 slow, 20,000 half-open, p99) is in bench/RESULTS.md."""

@@ -1,4 +1,4 @@
-"""Issue 17 "Done when", end to end: a simulated GPU that falls off the bus (the scenario's
+"""End to end: a simulated GPU that falls off the bus (the scenario's
 `lost_gpus`) keeps `DCGM_FI_DEV_XID_ERRORS` 79 with its UUID and `DCGM_EXP_GPU_HEALTH_STATUS` FAIL
 for as long as it is lost, with its pod's labels while the kubelet lists the allocation (the
 simulated pods, or with `-k` a real gRPC PodResources server on a unix socket); `/health` stays 200

@@ -1,5 +1,5 @@
 """The lowest versions pyproject.toml declares for the kubelet client (grpclib, protobuf) and the
-CloudWatch Logs client (botocore) work (issue 20 item 3: the checked-in stubs once refused the
+CloudWatch Logs client (botocore) work (the checked-in stubs once refused the
 grpcio the range allowed). They are installed, as wheels, into a throwaway target directory that
 a child interpreter puts ahead of the venv; the child then calls the real kubelet stand-in and
 the CloudWatch Logs stand-in with podgpu's own clients."""

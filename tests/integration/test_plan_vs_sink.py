@@ -179,7 +179,7 @@ def test_plan_cli_100_nodes_x_8_gpus_prints_three_columns() -> None:
     # hour of each of the 1,500 replacements billed twice (the old and the new pod's metrics)
     billed = 800 * 14 + 50 * 30 * 14 * 1 / (30 * 24)
     assert p1["custom_metric_months_billed"] == pytest.approx(billed, abs=0.05)
-    # the agent path keeps the workload's `pod` (issue 18 item 7): the same metrics as podgpu
+    # the agent path keeps the workload's `pod`: the same metrics as podgpu
     assert agent["custom_metrics_active"] == p1["custom_metrics_active"]
     assert p1["put_log_events_bytes"] > p60["put_log_events_bytes"]
     assert p1["metrics_dollars"] == pytest.approx(10_000 * 0.3 + (billed - 10_000) * 0.1, abs=0.01)

@@ -1,6 +1,6 @@
 """podgpu's Prometheus rules: regenerated without drift, valid for promtool, and every alert
 firing and not firing in `promtool test rules` on input series generated from the simulated
-node's real exposition (issue 10 item 2)."""
+node's real exposition."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_every_alert_names_its_node_and_gpu_or_pod() -> None:
 
 @pytest.mark.parametrize("mutation", [
     # (The shared-GPU guard, `count by (UUID, GPU_I_ID) (podgpu_gpu_allocation) > 1`, is no longer
-    # mutated here: since issue 17, --kubernetes-virtual-gpus gives each pod its own processes'
+    # mutated here: --kubernetes-virtual-gpus gives each pod its own processes'
     # GPU_UTIL/FB_USED as dcgm-exporter 4.8.2, so the simulated node's copies no longer give a
     # pod a whole shared GPU; the guard still covers MIG copies, which that node cannot make.)
     # XID severity: 79 moved out of the critical set

@@ -1,4 +1,4 @@
-"""The README picture's pipeline (issue 10 item 6): bench/scrape_log.py records a real podgpu,
+"""The README picture's pipeline: bench/scrape_log.py records a real podgpu,
 and bench/scrape_picture.py turns a scrape log into a real Prometheus TSDB (promtool), asks that
 Prometheus for per-pod utilization with query_range, and draws the PNG."""
 

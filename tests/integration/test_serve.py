@@ -43,7 +43,7 @@ def test_serves_every_default_field_per_gpu_with_the_exact_label_set(
             # the built-in simulated scenario: GPU 0 held by one container (pod labels), GPU 1
             # time-sliced by two (none, no arbitrary winner), GPUs 2-3 unallocated
             pods = {"container", "namespace", "pod"} if s.labels["gpu"] == "0" else set()
-            if row.name == "DCGM_FI_DEV_XID_ERRORS":  # dcgm-exporter's XID description (issue 9)
+            if row.name == "DCGM_FI_DEV_XID_ERRORS":  # dcgm-exporter's XID description
                 pods |= {"err_code", "err_msg"}
             assert set(s.labels) == EXPECTED_LABELS | pods, (row.name, s.labels)
             assert s.labels["Hostname"] == "test-node"
@@ -148,7 +148,7 @@ def test_fields_command_lists_the_catalog() -> None:
 
 
 def test_the_listener_counts_are_exported_from_the_next_cycle(agent: type[InProcessAgent]) -> None:
-    """Issue 16 item 4: the connection guard's counters were kept but never exported."""
+    """The connection guard's counters were kept but never exported."""
     p = agent("--simulate", "1", "-c", "200")
     p.wait_ready()
     def scraped() -> str:

@@ -1,4 +1,4 @@
-"""Issue 19 item 4: SIGHUP during start-up never kills `podgpu serve`. Before, the handler was
+"""SIGHUP during start-up never kills `podgpu serve`. Before, the handler was
 installed after the imports, the metric list and the first cycle, and a SIGHUP in the first
 ~0.3 s ended the process (rc 129). Now `cli.main` installs it before anything else: the test waits
 until the process catches SIGHUP (read from /proc, not timed), sends it while start-up is still
@@ -79,7 +79,7 @@ def test_the_sighup_handler_comes_before_any_podgpu_part_is_imported() -> None:
 
 @pytest.mark.parametrize("address", ["off", "listen"])
 def test_sighup_never_kills_podgpu_emf(address: str) -> None:
-    """Issue 19 item 2 (SIGHUP killed the bridge, 3/3): ignored from cli.main's first line; with
+    """SIGHUP once killed the bridge (3 of 3 runs); now ignored from cli.main's first line; with
     a listener it reloads the web config, without one it is ignored for good."""
     seed = ROOT / "tests" / "fixtures" / "seed" / "cwagent-config.json"
     where = "off" if address == "off" else f"127.0.0.1:{free_port()}"
@@ -111,7 +111,7 @@ def test_sighup_never_kills_podgpu_emf(address: str) -> None:
                                       "--scrape", "http://127.0.0.1:9/metrics",
                                       "--emf-destination", "stdout", "--cluster-name", "c"]])
 def test_sigint_during_start_up_ends_the_process(command: list[str]) -> None:
-    """Issue 19 item 2: SIGINT is always honoured. During start-up it ends the process as
+    """SIGINT is always honoured. During start-up it ends the process as
     SIGTERM's default does (before, a KeyboardInterrupt could be swallowed by a start-up step and
     `podgpu emf` kept running); once serving, the graceful handler takes over (other tests)."""
     proc = subprocess.Popen([sys.executable, "-m", "podgpu", *command, "-a",

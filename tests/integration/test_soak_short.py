@@ -1,4 +1,4 @@
-"""The soak's short form (issue 13 item 6): bench/soak.py for a few seconds with fast churn, as a
+"""The soak's short form: bench/soak.py for a few seconds with fast churn, as a
 leak check on counts, not time: no failed scrape, no series of a deleted pod, descriptors and
 threads flat across many pod generations. The hour-long run and its RSS figures are in
 bench/RESULTS.md."""

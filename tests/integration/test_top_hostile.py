@@ -1,4 +1,4 @@
-"""`podgpu top --once` as a real process against hostile nodes beside good ones (issue 19 item 2):
+"""`podgpu top --once` as a real process against hostile nodes beside good ones:
 no byte below 0x20 but newline, no C1 or bidi control reaches the terminal, every malformed or
 misbehaving node is one BAD/DEAD line, the good nodes render, and the whole run stays within
 the per-node deadline.

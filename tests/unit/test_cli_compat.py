@@ -1,5 +1,5 @@
-"""dcgm-exporter's command-line habits: flags as Go's flag package reads them (issues 9 and 17
-item 6), `serve --version`, the lazily loaded command registry and its exit statuses."""
+"""dcgm-exporter's command-line habits: flags as Go's flag package reads them,
+`serve --version`, the lazily loaded command registry and its exit statuses."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 17 item 7: clock-event counts are samples at the interval dcgm-exporter would sample at:
+"""Clock-event counts are samples at the interval dcgm-exporter would sample at:
 the -c (or DCGM_EXPORTER_INTERVAL) the user gave, else dcgm-exporter's default 30 s, whatever
 podgpu's own default interval is."""
 

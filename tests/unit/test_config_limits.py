@@ -1,4 +1,4 @@
-"""Issue 13: upper bounds on intervals and simulation sizes, errors naming the environment variable
+"""Upper bounds on intervals and simulation sizes, errors naming the environment variable
 a bad value came from, and --proc-root checked at start."""
 
 from __future__ import annotations

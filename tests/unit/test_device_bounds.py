@@ -1,4 +1,4 @@
-"""`-d` ranges are bounded before a list of numbers is built (issue 19 item 4): before the bound,
+"""`-d` ranges are bounded before a list of numbers is built: before the bound,
 `-d g:0-99999999999` raised MemoryError with a traceback and `g:0-299999999` took 11 GB."""
 
 from __future__ import annotations

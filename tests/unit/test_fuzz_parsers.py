@@ -1,4 +1,4 @@
-"""Property-based fuzzing (issue 13 item 5) of every parser a user or a peer feeds: metric lists,
+"""Property-based fuzzing of every parser a user or a peer feeds: metric lists,
 scenario files, the CloudWatch declarations config, serve flags and environment, kubelet device
 ids, cgroup files and paths, Accept-Encoding. (The web-config parser has its own fuzzing with
 its module; the HTTP request line and headers are fuzzed against the real server in

@@ -1,4 +1,4 @@
-"""Issue 16 item 8: the layering is checked, not claimed. The import-linter contract in
+"""The layering is checked, not claimed. The import-linter contract in
 pyproject.toml (run by scripts/check) forbids upward imports; this test forbids circles between
 podgpu's top-level parts (a package or a module directly under podgpu), which a layers contract
 cannot see inside one layer. Imports inside functions count: grimp reads every import statement."""

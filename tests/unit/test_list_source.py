@@ -1,4 +1,4 @@
-"""Which metric list `serve` uses (issue 17 item 5): -f, else dcgm-exporter's default path when a
+"""Which metric list `serve` uses: -f, else dcgm-exporter's default path when a
 chart mounted a list there, else the embedded default."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The option engine (podgpu.options): Go integer syntax, clamping with one warning, flag > env >
-default, help text (issue 16 item 1, issue 17 item 6)."""
+default, help text."""
 
 from __future__ import annotations
 

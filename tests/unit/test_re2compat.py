@@ -1,4 +1,4 @@
-"""Go RE2 semantics for every user regex (issues 17 item 6, 18 item 2).
+"""Go RE2 semantics for every user regex.
 
 Expectations are Go's documented behaviour (regexp/syntax docs, Prometheus' relabel anchoring),
 chosen where Python's `re` refuses the pattern or reads it differently."""

@@ -1,4 +1,4 @@
-"""What `podgpu top` accepts from a node (issue 19 item 2): nesting, numbers, the shape of every
+"""What `podgpu top` accepts from a node: nesting, numbers, the shape of every
 key it reads, and terminal escaping of every control and format character."""
 
 from __future__ import annotations

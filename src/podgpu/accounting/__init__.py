@@ -1,4 +1,4 @@
-"""Per-pod GPU accounting (issue 21): allocated, used, energy and memory integrated on the node.
+"""Per-pod GPU accounting: allocated, used, energy and memory integrated on the node.
 
 `shares` turns one snapshot into per-holder rates (pure), `integrate.advance` turns a snapshot
 pair and the previous totals into new totals (pure), `render` prints them as Prometheus counter

@@ -186,14 +186,14 @@ def build_attributor(settings: KubernetesSettings, *, kube_api_configuration: An
     poll = settings.poll_interval  # settings were validated when built (podgpu.settings)
     return KubeletAttributor(
         # Half the collect interval: a kubelet change reaches a snapshot within 1.5 intervals
-        # (issue 4 asks for two); at the 30 s default that is one List per 15 s.
-        # The List deadline and the staleness bound follow the interval (issue 13): a hung List
+        # (the design asks for two); at the 30 s default that is one List per 15 s.
+        # The List deadline and the staleness bound follow the interval: a hung List
         # costs the pod labels after stale_after(interval), ~3 s at 1 s, not ~11 s.
         PodResourcesClient(
             settings.kubelet_socket, poll_interval_seconds=poll / 2,
             dra=settings.dra, timeout_seconds=list_deadline(poll),
             # retry a missing kubelet at least once per collect interval, so labels return
-            # within two intervals after it does (issue 13; measured in bench/RESULTS.md)
+            # within two intervals after it does (measured in bench/RESULTS.md)
             max_backoff_seconds=poll,
         ),
         stale_after_seconds=stale_after(poll),

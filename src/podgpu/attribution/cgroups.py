@@ -2,7 +2,7 @@
 
 NVML reports host PIDs (the driver ignores PID namespaces, so podgpu needs `hostPID: true` or a
 mounted host /proc as `--proc-root`). The kubelet names a pod's cgroup `pod<uid>` under its QoS
-cgroup; the container runtime names the leaf (shared/reference/nvml.md §3.5):
+cgroup; the container runtime names the leaf (NVML's API reference):
 
     systemd driver:  kubepods-burstable-pod<uid with _>.slice / cri-containerd-<id>.scope
                      (crio-<id>.scope for CRI-O, docker-<id>.scope for docker/cri-dockerd)
@@ -135,7 +135,7 @@ class CgroupReader:
 
     def _failed(self, path: str, exc: FileReadError) -> None:
         if exc.errno in (errno.ENOENT, errno.ESRCH):
-            if not os.path.isdir(self._root):  # issue 13: not "exited", the whole root is gone
+            if not os.path.isdir(self._root):  # not "exited", the whole root is gone
                 self.errors += 1
                 if -1 not in self._logged:
                     self._logged.add(-1)

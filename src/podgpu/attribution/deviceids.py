@@ -1,6 +1,6 @@
 """Device-plugin device IDs: parse every known form and match it to a `Device` of this node.
 
-Forms (shared/reference/kubelet.md §6, dcgm-exporter.md §7.4):
+Forms (the kubelet's PodResources API and dcgm-exporter's device-plugin parsing):
 
 | id                         | names                      | replica |
 |----------------------------|----------------------------|---------|
@@ -39,13 +39,13 @@ NVIDIA_MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # Numbers are at most 9 digits: a peer's `::<5000 digits>` is an unknown form, not a ValueError
-# from int() (found by fuzzing, issue 13).
+# from int() (found by fuzzing).
 _N = r"\d{1,9}"
 _GPU = re.compile(rf"^(GPU-{_UUID})(?:::({_N}))?$")
 _MIG = re.compile(rf"^(MIG-{_UUID})(?:::({_N}))?$")
 _MIG_OLD = re.compile(rf"^MIG-(GPU-{_UUID})/({_N})/({_N})$")
 _GKE = re.compile(rf"^(nvidia{_N})(?:/gi({_N}))?(?:/vgpu({_N}))?$")
-# NVIDIA DRA driver device names (reference/kubelet.md §7): `gpu-<minor>`,
+# NVIDIA DRA driver device names (the kubelet's PodResources API): `gpu-<minor>`,
 # `gpu-<parent minor>-mig-<profile without dots>-<profile id>-<placement start>`
 _DRA_GPU = re.compile(rf"^gpu-({_N})$")
 _DRA_MIG = re.compile(rf"^gpu-({_N})-mig-([0-9a-z+]{{1,32}})-({_N})-({_N})$")

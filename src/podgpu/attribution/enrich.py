@@ -1,7 +1,7 @@
 """The pure join: kubelet entries + devices + pod index + cgroup identities -> allocations and
 processes with containers. No I/O, no logging, no clocks: every input is a value.
 
-Shared-GPU semantics (issue 4): one `Allocation` per (device, container, device id), never a
+Shared-GPU semantics: one `Allocation` per (device, container, device id), never a
 winner per device. A GPU time-sliced between two pods gives two allocations with `replica` set;
 a container holding two replicas of one GPU gives two allocations (same container, different
 `device_id`). Output is sorted, because the kubelet's ordering is not stable between calls
@@ -76,7 +76,7 @@ def compile_allowlist(text: str | Iterable[str] | None, warnings: list[str] | No
     for item in (i.strip() for i in items):
         if not item:
             continue
-        try:  # Go RE2 semantics, as dcgm-exporter compiles it (issue 17 item 6)
+        try:  # Go RE2 semantics, as dcgm-exporter compiles it
             out.append(compile_go(item, where="--kubernetes-pod-label-allowlist-regex"))
         except ConfigError as exc:
             skipped += 1

@@ -1,4 +1,4 @@
-"""The kubelet PodResources v1 `List` client: the one module that talks gRPC (STYLE rule 3).
+"""The kubelet PodResources v1 `List` client: the one module that talks gRPC.
 
 One persistent channel on the kubelet's unix socket, polled on a background thread at the collect
 interval, so a scrape or a collect cycle never waits on the kubelet (dcgm-exporter dials a new
@@ -80,7 +80,7 @@ DRA_RESOURCE_PREFIX = "dra/"
 def list_deadline(collect_interval: float) -> float:
     """The `List` deadline for a collect interval: two intervals, within 1..10 s.
 
-    Issue 13: with the fixed 10 s deadline a hung `List` kept a deleted pod's labels and
+    With a fixed 10 s deadline a hung `List` kept a deleted pod's labels and
     `kubelet: "ok"` for ~11 s at a 1 s interval. Together with `stale_after` it bounds how long
     an answer is trusted to a few intervals."""
     return min(LIST_TIMEOUT_SECONDS, max(MIN_LIST_TIMEOUT_SECONDS, 2.0 * collect_interval))
@@ -231,7 +231,7 @@ class PodResourcesClient:
 _CONNECT_ERRORS: tuple[tuple[type[OSError], str], ...] = (
     (FileNotFoundError, "no such file (is the kubelet running, is the path mounted?)"),
     (ConnectionRefusedError, "connection refused"),
-    # issue 22: the socket is root-only; name the fix (e.g. an image-only swap run as non-root)
+    # the socket is root-only; name the fix (e.g. an image-only swap run as non-root)
     (PermissionError, "permission denied: it is root-only, run podgpu as UID 0 (runAsUser: 0; "
      "every capability can stay dropped, docs/deploy.md)"),
 )

@@ -1,7 +1,7 @@
 """Node-scoped pod list/watch: pod UID -> (namespace, name, labels), container id -> name.
 
-The one module that talks to the Kubernetes API (STYLE rule 3), over kubeapi.py's plain HTTPS
-(issue 20: the `kubernetes` client cost 46 MiB steady for this). It lists and watches only the
+The one module that talks to the Kubernetes API, over kubeapi.py's plain HTTPS
+(the `kubernetes` client cost 46 MiB steady for this). It lists and watches only the
 pods of this node (field selector `spec.nodeName=<NODE_NAME>`), so RBAC needs only get/list/watch
 on pods and the cost stays flat as the cluster grows. Objects are read as raw JSON and parsed by
 `parse_pod` (tested on literal JSON).
@@ -354,9 +354,9 @@ def _describe(exc: BaseException) -> str:
 def read_configmap(namespace: str, name: str, key: str = "metrics", *,
                    configuration: KubeConfig | None = None,
                    environ: Mapping[str, str] | None = None) -> str:
-    """The text under `key` of ConfigMap NAMESPACE/NAME (dcgm-exporter's `-m`, issue 9).
+    """The text under `key` of ConfigMap NAMESPACE/NAME (dcgm-exporter's `-m`).
 
-    Here because this module is podgpu's one Kubernetes API client (STYLE rule 3). RBAC: `get` on
+    Here because this module is podgpu's one Kubernetes API client. RBAC: `get` on
     that ConfigMap (a Role in its namespace is enough). A missing ConfigMap, key or content is the
     user's input: ConfigError (exit 2). No API access at all is AttributionError (exit 1), as
     dcgm-exporter also stops rather than fall back to a file once `-m` is set. A broken

@@ -15,7 +15,7 @@ class Reading:
     """What one `Backend.read` returns.
 
     `lost` names devices that could not be read at all this cycle, with the reason (a lost GPU
-    keeps a sample with `Sample.lost` set, issue 17); `errors` counts failed calls this cycle, one
+    keeps a sample with `Sample.lost` set); `errors` counts failed calls this cycle, one
     for each lost device included (fields merely unsupported are not errors).
     """
 

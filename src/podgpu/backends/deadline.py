@@ -1,4 +1,4 @@
-"""One daemon worker thread per GPU, and a deadline on each cycle's reads (issue 13).
+"""One daemon worker thread per GPU, and a deadline on each cycle's reads.
 
 NVML has no per-call timeout: a call into a wedged driver can block for minutes, and the thread
 that made it cannot be interrupted. So each GPU is read on its own worker, the cycle waits for

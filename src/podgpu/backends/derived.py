@@ -1,4 +1,4 @@
-"""DCGM_EXP_GPU_HEALTH_STATUS and DCGM_EXP_P2P_STATUS from what NVML can tell (issue 9 item 3).
+"""DCGM_EXP_GPU_HEALTH_STATUS and DCGM_EXP_P2P_STATUS from what NVML can tell.
 
 dcgm-exporter reads both from the DCGM host engine (health watches, `GetNvLinkP2PStatus`).
 Without DCGM, health is derived per GPU from fields podgpu reads anyway, on every backend the
@@ -15,7 +15,7 @@ same way (the mapping table is in docs/compatibility.md):
 
 Values and labels are dcgm-exporter's: 0 PASS, 10 WARN, 20 FAIL; `health_watch` (11 per GPU) and
 `health_error_code` (a `DCGM_FR_*` name, DCGM_FR_OK when passing). A lost GPU keeps its health
-series with `ALL` FAIL (backends/lost.py, issue 17).
+series with `ALL` FAIL (backends/lost.py).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ CLOCK_EVENTS: tuple[tuple[int, str], ...] = (
 
 
 class ClockEventCounter:
-    """DCGM_EXP_CLOCK_EVENTS_COUNT with dcgm-exporter's meaning at any collect interval (issue 17).
+    """DCGM_EXP_CLOCK_EVENTS_COUNT with dcgm-exporter's meaning at any collect interval.
 
     dcgm-exporter counts, per reason, the DCGM samples of the clock-event bitmask inside the
     window that have its bit set, and DCGM samples the bitmask once per dcgm-exporter collect

@@ -1,4 +1,4 @@
-"""What a lost GPU still exports, on every backend the same way (issue 17 item 1).
+"""What a lost GPU still exports, on every backend the same way.
 
 dcgm-exporter keeps a GPU that fell off the bus in its output: its identity labels, the XID
 field (79) and `DCGM_EXP_GPU_HEALTH_STATUS` FAIL, because those are what the two alerts every GPU

@@ -1,4 +1,4 @@
-"""The NVML backend: real GPUs through nvidia-ml-py, without the DCGM daemon (issue 3).
+"""The NVML backend: real GPUs through nvidia-ml-py, without the DCGM daemon.
 
 Per cycle and per GPU: one `nvmlDeviceGetFieldValues` batch for every batchable field, one call per
 distinct (function, argument) for the rest, one GPM metrics call over a rolling sample pair for the
@@ -6,7 +6,7 @@ DCGM_FI_PROF_* ratios, XIDs from an event thread. Every per-GPU NVML call (disco
 MIG enumeration, reads, P2P) runs on that GPU's own worker thread (backends/nvml_gpu.py; ctypes
 releases the GIL during NVML calls), so a cycle costs about one GPU's time, not the sum. The cycle
 waits for them up to `read_timeout_seconds`: a GPU whose NVML call hangs is reported as not
-answering, and skipped until that call returns, while the others keep reporting (issues 13, 17).
+answering, and skipped until that call returns, while the others keep reporting.
 A GPU that fails with GpuIsLost/Unknown goes into `Reading.lost` and keeps a sample with its
 identity, XID and health FAIL (backends/lost.py); it is looked for again every `retry_seconds`.
 See docs/nvml.md.

@@ -2,11 +2,11 @@
 
 One daemon thread owns one NVML event set (nvml.h: "Operations on set are not thread safe"):
 it registers every GPU for XID critical errors (and MIG configuration changes), then waits in
-`nvmlEventSetWait_v2` with a finite timeout so it notices shutdown (reference/nvml.md §5.4).
+`nvmlEventSetWait_v2` with a finite timeout so it notices shutdown (NVML's API reference).
 ctypes releases the GIL while it waits, so the collector is not slowed by it.
 
 `DCGM_FI_DEV_XID_ERRORS` is the last XID seen on a GPU (0 before any); `DCGM_EXP_XID_ERRORS_COUNT`
-counts XIDs per code over a window, like dcgm-exporter (reference/dcgm-exporter.md §5).
+counts XIDs per code over a window, like dcgm-exporter (dcgm-exporter's source).
 """
 
 from __future__ import annotations

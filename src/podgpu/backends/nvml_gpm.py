@@ -1,4 +1,4 @@
-"""DCGM profiling (DCP) ratios through NVML GPM, Hopper and newer (reference/nvml.md §2).
+"""DCGM profiling (DCP) ratios through NVML GPM, Hopper and newer (NVML's API reference).
 
 One `GpmStream` per GPU or MIG GPU instance keeps a rolling pair of GPM samples: each cycle takes
 one new sample and computes every requested metric between it and the previous cycle's sample in

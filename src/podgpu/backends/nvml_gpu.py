@@ -1,4 +1,4 @@
-"""One GPU's NVML work, all of it on that GPU's own worker thread (issue 17 item 2).
+"""One GPU's NVML work, all of it on that GPU's own worker thread.
 
 Discovery, rediscovery of a lost GPU, MIG re-enumeration, the cycle's reads and the GPU's row of
 the P2P matrix are NVML calls, and any NVML call can hang in a wedged driver. So every one of
@@ -105,7 +105,7 @@ class GpuRunner:
             g.lost = f"unreachable at start: {exc}"
             g.retry_at = self._clock() + self._retry
             log.warning("%s: %s", g.name, g.lost)
-        except Exception as exc:  # a bug for one GPU must not stop the others (STYLE rule 4)
+        except Exception as exc:  # a bug for one GPU must not stop the others
             log.exception("%s: discovery failed", g.name)
             g.lost = f"discovery failed: {type(exc).__name__}: {exc}"
             g.retry_at = self._clock() + self._retry
@@ -139,7 +139,7 @@ class GpuRunner:
                 return GpuResult(errors=1, lost=f"NVML error: {exc}", view=self.view())
             self._mark_lost(exc, job.events)
             return GpuResult(errors=1, lost=g.lost, view=self.view())
-        except Exception as exc:  # a bug for one GPU must not stop the others (STYLE rule 4)
+        except Exception as exc:  # a bug for one GPU must not stop the others
             log.exception("%s: reading failed", g.name)
             return GpuResult(errors=1, lost=f"read failed: {type(exc).__name__}: {exc}",
                              view=self.view())

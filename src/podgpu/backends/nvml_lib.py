@@ -1,10 +1,10 @@
 """The one place podgpu meets pynvml: loading it, classifying its errors, logging them once.
 
 Everything NVML-specific in podgpu goes through the `backends/nvml*.py` modules, and those reach
-pynvml only through a `Lib` (STYLE rule 3). pynvml is imported lazily here, so the simulated node
+pynvml only through a `Lib`. pynvml is imported lazily here, so the simulated node
 and the unit tests run without it; tests hand in a fake module instead.
 
-NVML return codes are part of NVML's ABI (nvml.h; reference/nvml.md §6.1), so they are written
+NVML return codes are part of NVML's ABI (nvml.h; NVML's API reference), so they are written
 out here rather than looked up: a fake module only has to raise exceptions with `.value`.
 """
 
@@ -109,7 +109,7 @@ class Lib:
 
     def log_once(self, who: str, what: str, reason: str) -> None:
         """Log a recurring condition once per (device, field, reason); the key set is bounded
-        by devices x fields x reasons (STYLE rule 11)."""
+        by devices x fields x reasons."""
         key = (who, what, reason)
         with self._log_lock:
             if key in self._logged:

@@ -1,4 +1,4 @@
-"""MIG enumeration: one podgpu Device per GPU instance of a MIG-enabled GPU (reference/nvml.md §4).
+"""MIG enumeration: one podgpu Device per GPU instance of a MIG-enabled GPU (NVML's API reference).
 
 Series of an instance carry the parent's gpu/UUID/device/modelName labels plus GPU_I_PROFILE and
 GPU_I_ID, as dcgm-exporter's do. The profile comes from the MIG device's name ("NVIDIA H100 80GB

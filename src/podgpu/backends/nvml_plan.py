@@ -1,4 +1,4 @@
-"""Turn a field list into the fewest NVML calls per GPU (reference/nvml.md §1, §1.1).
+"""Turn a field list into the fewest NVML calls per GPU (NVML's API reference).
 
 A `Plan` is built once per field list and reused every cycle: every `fv` field goes into one
 `nvmlDeviceGetFieldValues` batch; `call` fields that share a function and argument share one call
@@ -113,7 +113,7 @@ def build_plan(lib: Lib, fields: Sequence[Field]) -> Plan:
         elif src.kind == "rate":
             ids = [resolve(r, f) for r in (src.ref, src.arg) if r]
             if all(i is not None for i in ids):
-                link = int(src.pick) if src.pick else ALL_LINKS  # one link (issue 9) or all
+                link = int(src.pick) if src.pick else ALL_LINKS  # one link or all
                 rates.append(RateEntry(f, tuple(int(i) for i in ids), link))
         elif src.kind == "call":
             if resolve(src.ref, f) is None or (src.arg and resolve(src.arg, f) is None):
@@ -211,7 +211,7 @@ def call(lib: Lib, handle: Any, ref: str, arg: str) -> Any:
 
 
 def _license_status(lib: Lib, features: Any) -> int:
-    """DCGM_FI_DEV_VGPU_LICENSE_STATUS as DCGM computes it (reference/nvml.md §1)."""
+    """DCGM_FI_DEV_VGPU_LICENSE_STATUS as DCGM computes it (NVML's API reference)."""
     if not getattr(features, "isGridLicenseSupported", 0):
         return 0
     vgpu = int(getattr(lib.m, "NVML_GRID_LICENSE_FEATURE_CODE_VGPU", 1))

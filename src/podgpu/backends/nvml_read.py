@@ -108,7 +108,7 @@ def read_instance(
     """The per-instance (scope 'both') fields of one MIG GPU instance, read on its handle; every
     other value and labelled series (XID, health, clock events; not P2P) is the parent's, as
     DCGM reports GPU-level fields on GPU-instance entities. With `-d f` a MIG GPU has only its
-    instances' series (issue 17 item 3), so its temperature, power, XID and health alerts stay."""
+    instances' series, so its temperature, power, XID and health alerts stay."""
     acc = _Acc(lib, f"{gpu.name}/gi{inst.gi_id}")
     for name, value in parent.values.items():
         f = BY_NAME.get(name)
@@ -259,7 +259,7 @@ def _events(gpu: GpuState, plan: Plan, acc: _Acc, events: EventWatcher | None) -
 
 def _clock_events(gpu: GpuState, plan: Plan, acc: _Acc, mask: Any) -> None:
     """DCGM_EXP_CLOCK_EVENTS_COUNT: per reason, the bitmask samples in the window that had it set,
-    one sample per dcgm-exporter collect interval (derived.ClockEventCounter, issue 17)."""
+    one sample per dcgm-exporter collect interval (derived.ClockEventCounter)."""
     f = plan.clock_count
     if f is None or gpu.clock_events is None:
         return

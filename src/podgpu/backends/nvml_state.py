@@ -1,7 +1,7 @@
 """What the NVML backend keeps about one physical GPU between cycles.
 
 Its own module, below both `nvml` (the backend) and `nvml_read` (the per-cycle reads), so the two
-no longer import each other (issue 9 layout note).
+do not import each other.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class GpuState:
 
     Owned by that GPU's worker thread (backends/nvml_gpu.py): discovery, rediscovery, MIG
     re-enumeration, reads and its P2P row all run there, and the collect thread only ever sees
-    the immutable `GpuView` the worker hands back (issue 17 item 2). No lock is needed because
+    the immutable `GpuView` the worker hands back. No lock is needed because
     no other thread touches it."""
 
     index: int

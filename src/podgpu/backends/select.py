@@ -2,7 +2,7 @@
 
 As dcgm-exporter 4.8.2 (`devicemonitoring.GetMonitoredEntities`): `f` (flex, the default) is the
 MIG GPU instances on MIG-enabled GPUs and whole GPUs elsewhere, so a MIG GPU has no parent series
-beside its instances and sums over series count each GPU once (issue 17 item 3). The parent
+beside its instances and sums over series count each GPU once. The parent
 series of a MIG GPU appear only when asked for, in dcgm-exporter's own spelling: `-d g` (every
 whole GPU, MIG-enabled ones included) or `-d g+i` (whole GPUs and every instance). A lost
 MIG GPU's sample comes with a copy for each of its last known instances (backends/lost.py), so it

@@ -26,7 +26,7 @@ from podgpu.settings import EmfSettings, HttpSettings, LogSettings
 
 DEFAULT_SCRAPE_INTERVAL = 10.0
 DEFAULT_LISTEN = ":9401"
-DEFAULT_JOB = "kubernetes-service-endpoints"  # the agent's default job (issue 18 item 1)
+DEFAULT_JOB = "kubernetes-service-endpoints"  # the agent's default job
 
 OWN: tuple[Option, ...] = (
     Option(("--scrape",), "scrape", "PODGPU_EMF_SCRAPE", (),

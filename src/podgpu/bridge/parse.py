@@ -5,7 +5,7 @@ The parser renames counter samples to the OpenMetrics form (`foo` becomes `foo_t
 text wrote it, and declarations select that name, so the names are put back as written:
 dcgm-exporter's `# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter` with a sample of that name
 stays without `_total`, while `# TYPE foo counter` with a sample written `foo_total` stays
-`foo_total` (issue 18 item 6). This module is the only importer of prometheus_client.
+`foo_total`. This module is the only importer of prometheus_client.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ _TYPE_LINE = re.compile(r"^[ \t]*#[ \t]+TYPE[ \t]+(\S+)[ \t]+counter[ \t]*$", re
 
 _SAMPLE_NAME = re.compile(r"^[ \t]*([a-zA-Z_:][a-zA-Z0-9_:]*)[{ \t]", re.MULTILINE)
 """The name a sample line is written with (one pass over the text, not one per counter: a
-target declaring thousands of counters must not cost a scan each, issue 19 item 5)."""
+target declaring thousands of counters must not cost a scan each)."""
 
 
 class ParseError(PodgpuError):

@@ -1,6 +1,6 @@
 """One scrape target: fetch its text over HTTP(S), parse it, keep its health.
 
-A target is a peer the bridge does not control, so every scrape is bounded (issue 19 item 2),
+A target is a peer the bridge does not control, so every scrape is bounded,
 through podgpu.boundedget:
 
 - **one deadline for the whole scrape** (connect, headers, body): a target trickling one byte a

@@ -1,7 +1,7 @@
 """Scraped families -> EMF series groups, with a Prometheus scrape's labels and the agent's types.
 
 Labels follow the one model of the agent's scrape (sinks/cloudwatch/series.py, `AgentTarget`),
-the same as `podgpu serve`'s (issue 18 items 1 and 6):
+the same as `podgpu serve`'s:
 
 1. the series' own labels, as the target exposed them;
 2. target labels: `job`, `instance` (the URL's host:port), `kubernetes_node` (the node) and every

@@ -1,4 +1,4 @@
-"""The commands' option tables and the settings they resolve to (issue 16 item 1).
+"""The commands' option tables and the settings they resolve to.
 
 `serve` (serve.py: dcgm-exporter's flags), the options `serve` and `emf` share (emf.py), the
 dcgm-exporter flags podgpu accepts without implementing them (compat.py) and the value parsers

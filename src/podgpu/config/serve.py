@@ -42,7 +42,7 @@ from podgpu.settings import (
 
 DEFAULT_ADDRESS = ":9400"
 MIN_COLLECT_INTERVAL_MS = 100  # NVML profiling needs samples >= 100 ms apart
-MAX_COLLECT_INTERVAL_MS = 3_600_000  # an hour; beyond it the loop's timers overflow (issue 13)
+MAX_COLLECT_INTERVAL_MS = 3_600_000  # an hour; beyond it the loop's timers overflow
 MAX_WINDOW_MS = 7 * 24 * 3_600_000  # a week of XID / clock-event history
 
 HTTP_LIMIT_OPTIONS: tuple[Option, ...] = (
@@ -199,14 +199,14 @@ def settings_from(ns: argparse.Namespace, env: Mapping[str, str] | None = None
 
 def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSettings:
     c = section(r, "collect")
-    when = c.pop("wait_for_driver")  # issue 22: every pod has KUBERNETES_SERVICE_HOST
+    when = c.pop("wait_for_driver")  # every pod has KUBERNETES_SERVICE_HOST
     c["wait_for_driver"] = when == "always" or (when == "auto"
                                                 and bool(env.get("KUBERNETES_SERVICE_HOST")))
-    if not r.origin["collect.interval_ms"].endswith("(default)"):  # issue 17 item 7
+    if not r.origin["collect.interval_ms"].endswith("(default)"):  # clock-event sampling interval
         c["clock_events_sample_ms"] = c["interval_ms"]
     collect = CollectSettings(**c)  # type: ignore[arg-type]
     k = section(r, "kubernetes")
-    if k["enabled"]:  # issue 13: an empty root made every GPU process look exited
+    if k["enabled"]:  # an empty root made every GPU process look exited
         problem = _proc_root_problem(str(k["proc_root"]))
         if problem:
             raise r.fail("kubernetes.proc_root", problem)

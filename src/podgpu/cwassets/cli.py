@@ -38,7 +38,7 @@ COMMON: tuple[Option, ...] = (
            "the CloudWatch agent config podgpu sends with", metavar="FILE", shown="the seed's"),
     Option(("--cluster-name",), "cluster_name", None, "",
            "only this ClusterName", metavar="NAME", shown="every cluster in the namespace"),
-    # what podgpu sends with (issue 18): the assets follow the same identity
+    # what podgpu sends with: the assets follow the same identity
     Option(("--emf-identity",), "emf_identity", "PODGPU_EMF_IDENTITY", "agent",
            "as podgpu serve's --emf-identity", choice("agent", "workload"),
            metavar="agent|workload"),

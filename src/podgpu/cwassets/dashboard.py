@@ -38,7 +38,7 @@ GRAPHS: tuple[Graph, ...] = (
     Graph("Tensor pipe active per pod (ratio)", ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",)),
     Graph("DRAM active per pod (ratio)", ("DCGM_FI_PROF_DRAM_ACTIVE",)),
     Graph("XID errors per pod (last XID)", ("DCGM_FI_DEV_XID_ERRORS",), stat="Maximum"),
-    # issue 21: podgpu's accounting counters arrive as per-minute deltas; Sum is the minute's
+    # podgpu's accounting counters arrive as per-minute deltas; Sum is the minute's
     Graph("GPU-seconds held and used per pod, per minute (60 = one whole GPU)",
           ("podgpu_pod_gpu_allocated_seconds_total", "podgpu_pod_gpu_used_seconds_total"),
           stat="Sum"),

@@ -1,7 +1,7 @@
 """Which dimension sets a declarations config gives a metric, read statically from the config.
 
 A metric gets the dimension sets of every declaration whose selectors match its name (the union,
-as the agent does). The assets follow what is configured (issue 18 item 1): the labels every
+as the agent does). The assets follow what is configured: the labels every
 series of podgpu carries (`constant`: job, the agent identity's Namespace, `--emf-label`s,
 ClusterName) decide a declaration whose source labels are all among them (a declaration this
 node's series never match gives no graph), and become filters of the queries where a dimension

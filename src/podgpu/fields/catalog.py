@@ -2,8 +2,8 @@
 
 Names and numeric ids are DCGM's (dcgm_fields.h; the pre-4.6 spellings, which are the metric names
 dcgm-exporter emits). Units are DCGM's, and each `Source` says which NVML call yields the value and
-the factor that converts NVML's unit into DCGM's (reference/nvml.md §1, §2.4) — the one place units
-are converted (STYLE rule 9).
+the factor that converts NVML's unit into DCGM's (NVML's API reference) — the one place units
+are converted.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ CATALOG: tuple[Field, ...] = (
     _f("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", 439, "counter", "int", "count",
        "Total number of NVLink recovery errors.",
        _fv("NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")),
-    # DCGM publishes (TX+RX KiB now - before) / seconds / 1000 in "MB/s" (reference/nvml.md §1);
+    # DCGM publishes (TX+RX KiB now - before) / seconds / 1000 in "MB/s" (NVML's API reference);
     # the same arithmetic keeps the numbers comparable with dcgm-exporter's.
     _f("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", 449, "counter", "int", "MB/s",
        "Total number of NVLink bandwidth counters for all lanes.",
@@ -214,7 +214,7 @@ CATALOG: tuple[Field, ...] = (
     _f("DCGM_FI_PROF_NVLINK_RX_BYTES", 1012, "gauge", "int", "B/s",
        "The rate of data received over NVLink, not including protocol headers, in bytes per "
        "second.", _gpm("NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", MIB), "both"),
-    # --- issue 9: more of what NVML can read (ids and names: dcgm-field-names.csv)
+    # --- more of what NVML can read (ids and names: dcgm-field-names.csv)
     _f("DCGM_FI_CUDA_DRIVER_VERSION", 5, "gauge", "int", "version",
        "CUDA driver version (e.g. 12040 for 12.4).",
        Source("system", "nvmlSystemGetCudaDriverVersion")),
@@ -264,7 +264,7 @@ CATALOG: tuple[Field, ...] = (
        "Effective power limit that the driver enforces (in W).",
        _call("nvmlDeviceGetEnforcedPowerLimit", scale=0.001)),
     # nvmlDeviceGetPcieThroughput samples a byte counter over 20 ms inside the call (each
-    # direction costs ~20 ms per GPU per cycle, reference/nvml.md §7): only read when listed.
+    # direction costs ~20 ms per GPU per cycle, NVML's API reference): only read when listed.
     _f("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", 200, "gauge", "int", "KB/s",
        "PCIe Tx utilization information (in KB/s).",
        _call("nvmlDeviceGetPcieThroughput", "NVML_PCIE_UTIL_TX_BYTES")),
@@ -305,7 +305,7 @@ CATALOG: tuple[Field, ...] = (
        Source("exporter", "nvmlDeviceGetP2PStatus", arg="NVML_P2P_CAPS_INDEX_NVLINK")),
 )
 
-# DCGM 4.6 renamed many macros; the old spelling is the metric name (reference/nvml.md §0.1).
+# DCGM 4.6 renamed many macros; the old spelling is the metric name (NVML's API reference).
 # A metric list may use either; the old one is what podgpu emits.
 ALIASES: Mapping[str, str] = MappingProxyType({
     "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS": "DCGM_FI_DEV_MEMORY_TEMP",

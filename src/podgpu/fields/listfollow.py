@@ -1,4 +1,4 @@
-"""Following the metric list file while running, as dcgm-exporter does (issue 17 item 5).
+"""Following the metric list file while running, as dcgm-exporter does.
 
 dcgm-exporter watches its `-f` file and rebuilds its collectors when it changes. A ConfigMap
 mounted as a volume changes by swapping a symlink (`..data`), so the file's own inode, size and

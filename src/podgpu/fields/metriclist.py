@@ -1,10 +1,10 @@
 """Metric lists in dcgm-exporter's 3-column CSV format: `DCGM field, Prometheus type, help`.
 
-Rules (reference/dcgm-exporter.md §3.1): `#` starts a comment line, blank lines are skipped, every
+Rules (dcgm-exporter's source): `#` starts a comment line, blank lines are skipped, every
 cell is trimmed, a help text with a comma is CSV-quoted. A row typed `label` turns a field into a
 label on every series instead of a metric.
 
-Any list dcgm-exporter accepts starts podgpu (issue 9): every DCGM name and alias resolves through
+Any list dcgm-exporter accepts starts podgpu: every DCGM name and alias resolves through
 the generated name table; a real field podgpu cannot read is a warning and an `UnavailableRow`
 (podgpu_field_unavailable), `histogram`/`summary` rows are exported as gauges, a repeated row is
 ignored with a warning. Only a malformed row or a name that is no DCGM field at all is a

@@ -8,7 +8,7 @@ exempt from basic auth and the rate limit, because Kubernetes probes cannot carr
 writing it into the pod spec (it still
 needs TLS and, when required, a client certificate: docs/web-config.md).
 
-Order per request (issue 19 item 3): client-certificate SANs (403), then basic auth (401; 429 when
+Order per request: client-certificate SANs (403), then basic auth (401; 429 when
 the client failed too often or too many checks are queued: http.authcheck), then the rate limit
 per client address (429), so unauthenticated clients cannot spend an authenticated scraper's
 budget. Failed attempts are counted and logged at most once a minute with the count held back;
@@ -38,7 +38,7 @@ __all__ = ["EXEMPT_PATHS", "MAX_PENDING_CHECKS", "AccessControl", "BasicAuthChec
 
 log = logging.getLogger(__name__)
 
-EXEMPT_PATHS = frozenset({"/health", "/health/ready"})  # ready: issue 22 (http/ready.py)
+EXEMPT_PATHS = frozenset({"/health", "/health/ready"})  # ready: http/ready.py
 _UNAUTHORIZED = ("WWW-Authenticate", 'Basic realm="podgpu", charset="UTF-8"')
 
 

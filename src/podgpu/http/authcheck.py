@@ -1,4 +1,4 @@
-"""Password checks for basic auth, without oracles, and the per-client buckets (issue 19 item 3).
+"""Password checks for basic auth, without oracles, and the per-client buckets.
 
 bcrypt is slow on purpose (cost 10 is ~60 ms here), so a scrape must not pay it every time and
 must never run it on the event loop:

@@ -1,4 +1,4 @@
-"""/health: is the *exporter* working? Pure function of the published state (issues 9, 17).
+"""/health: is the *exporter* working? Pure function of the published state.
 
 dcgm-exporter's Helm chart points both liveness and readiness at `/health`. A 503 there restarts
 the pod in a loop and, while it is not ready, drops it from the Service's endpoints, so the

@@ -3,7 +3,7 @@
 The collect loop (serve) and the tick loop (emf) run on their own threads; when one dies, the
 server must stop and the process exit 1. That goes through the event loop (the serving task is
 cancelled with `call_soon_threadsafe`, so http.server closes its listener and finishes in-flight
-requests as on SIGTERM), not through a signal raised at the process (issue 16 item 5).
+requests as on SIGTERM), not through a signal raised at the process.
 """
 
 from __future__ import annotations

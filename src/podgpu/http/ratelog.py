@@ -1,6 +1,6 @@
 """Log lines a peer can trigger, bounded: a recurring condition at most once a minute per key
 with the count held back, peer strings escaped and cut, and the event loop's own error reports
-routed the same way (issue 13; moved out of http.guard in issue 19)."""
+routed the same way."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class RateLimitedLog:
             self._held[key] = self._held.get(key, 0) + 1
             return False
         held = self._held.pop(key, 0)
-        if len(self._last) > 256:  # bounded key set (STYLE rule 11)
+        if len(self._last) > 256:  # bounded key set
             self._last.clear()
         self._last[key] = now
         suffix = f" ({held} more like this in the last {now - last:.0f} s)" if held and last else ""

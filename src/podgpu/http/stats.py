@@ -1,7 +1,7 @@
 """The listener's counts as a MetricSource (sinks/prometheus/source.py): the connection guard's
 (closed at the cap, past the request deadline, refused) and the web config's access control's
 (401, 403, 429, failed basic-auth attempts, bcrypt runs). Kept by http.guard and http.auth,
-exported here (issue 16 item 4); read without locks (ints written on the event loop thread)."""
+exported here; read without locks (ints written on the event loop thread)."""
 
 from __future__ import annotations
 

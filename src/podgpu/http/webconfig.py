@@ -10,7 +10,7 @@ message, and YAML syntax errors are reported without the source excerpt PyYAML w
 Where podgpu is stricter than the toolkit (both `cert` and `cert_file`, `RequireAnyClientCert`,
 SANs without verification, `burst: 0`) it says why in the message; docs/web-config.md lists them.
 
-Bounded before PyYAML sees the text (issue 19 item 4: a control character or 5,000-deep nesting
+Bounded before PyYAML sees the text (a control character or 5,000-deep nesting
 was a traceback at start and a 2,990-line traceback per edit): regular files only, at most
 MAX_FILE_BYTES of UTF-8, no control characters outside tab and line breaks, and nesting no deeper
 than MAX_DEPTH (counted on PyYAML's event stream, which is not recursive; its composer is).

@@ -1,6 +1,6 @@
 """The web config's model: exporter-toolkit's names and values, and the validated result.
 
-Split from http.webconfig (issue 19: the module passed 400 lines). Pure data, no I/O.
+Split from http.webconfig (the module passed 400 lines). Pure data, no I/O.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class WebConfigError(ConfigError):
     """The web config file is unreadable or invalid; the message names file, line and key.
 
     `public` is the same message without user names (`basic_auth_users.<user>`), for /health,
-    which is served without authentication (issue 19 item 4)."""
+    which is served without authentication."""
 
     def __init__(self, message: str, public: str | None = None) -> None:
         super().__init__(message)

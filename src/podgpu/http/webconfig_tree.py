@@ -2,8 +2,7 @@
 
 Walks PyYAML's node tree (not loaded values) so every error can name its line, and so string
 fields take the raw scalar text as Go's yaml does (`123` is the string "123"). Values that may be
-secret (inline keys, password hashes) are described, never printed. Split from http.webconfig
-(issue 19).
+secret (inline keys, password hashes) are described, never printed.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ in it is bad, the last good config keeps serving, the log says why once per chan
 off by a reload (the socket would have to be re-opened): that edit is refused the same way.
 
 An edit that removes authentication (all of `basic_auth_users`, client-certificate verification,
-or `client_allowed_sans`) is refused too, with a WARNING, and needs a restart (issue 19 item 3):
+or `client_allowed_sans`) is refused too, with a WARNING, and needs a restart:
 failing closed means a template or Secret mistake that drops a key keeps the endpoint protected
 and shows in /health, while an operator who means it restarts the DaemonSet, which also makes
 the change visible in its rollout.

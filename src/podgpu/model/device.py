@@ -72,7 +72,7 @@ class Sample:
     """Series with extra labels, e.g. DCGM_EXP_XID_ERRORS_COUNT{window_size_in_ms,xid}."""
     lost: str | None = None
     """Why the device is lost (fell off the bus), or None. A lost GPU keeps a sample with its
-    identity, label fields, XID and health FAIL only, so its alerts keep firing (issue 17)."""
+    identity, label fields, XID and health FAIL only, so its alerts keep firing."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """dcgm-exporter's `-d/--devices` selection: which GPUs and MIG GPU instances get series.
 
-Grammar (reference/dcgm-exporter.md §2.1, plus the `g+i` form its Helm chart documents):
+Grammar (dcgm-exporter's source, plus the `g+i` form its Helm chart documents):
 `f` (flex: every GPU, and the GPU instances of MIG-enabled GPUs; the default), `g[:RANGE]`
 (whole GPUs), `i[:RANGE]` (MIG GPU instances), `g[:RANGE]+i[:RANGE]` (both). RANGE is a
 comma-separated list of numbers and `a-b` spans: GPU indexes for `g`, GPU-instance ids for `i`.

@@ -25,7 +25,7 @@ class Snapshot:
 
     `taken_at` is Unix time in seconds. `lost_devices` lists devices that failed this cycle
     (e.g. fell off the bus) by label, with the reason; a lost GPU keeps a sample with `lost` set
-    (identity, XID, health FAIL only; issue 17), a GPU that does not answer has none.
+    (identity, XID, health FAIL only), a GPU that does not answer has none.
     """
 
     taken_at: float

@@ -1,4 +1,4 @@
-"""`StageStatus`: how a part that can be off or failing stands this cycle (issue 16 item 9).
+"""`StageStatus`: how a part that can be off or failing stands this cycle.
 
 A typed value instead of a string whose prefix callers test (`"unavailable: <why>"`): /health,
 the live view and `podgpu top` ask `.unavailable` and print `str(status)`, which keeps the text

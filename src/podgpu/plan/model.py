@@ -6,7 +6,7 @@
   matches); one EMF v0 event per label set per scrape, declared or not (unmatched series are
   still ingested as logs); labels as that job and the agent give them (sinks/cloudwatch/series.py,
   checked against the restated pipeline in tests/unit/sinks/cloudwatch/agent_oracle.py):
-  `Namespace` the exporter's namespace, `pod` the workload's (issue 18 item 7); batches cut at
+  `Namespace` the exporter's namespace, `pod` the workload's; batches cut at
   256 KiB and flushed every 5 s into one log stream.
 - `podgpu-60s`: `podgpu serve` per node, one event per label set per minute, one value each.
 - `podgpu-1s`: the default: a minute's 1 s samples in value distributions.

@@ -1,4 +1,4 @@
-"""Everything simulated, in one place: a GPU node without a GPU (issue 16 item 7).
+"""Everything simulated, in one place: a GPU node without a GPU.
 
 `backend` (the `SimulatedBackend`: deterministic devices and gpu-burn-like values), `scenario`
 (simulated pods and processes, and the `SimulatedAttributor` that stands in for the kubelet), and

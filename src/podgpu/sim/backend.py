@@ -65,7 +65,7 @@ class SimulatedBackend:
         self._off = off_seconds
         self._clock = clock
         self._busy = set(busy) if busy is not None else set(range(math.ceil(count / 2)))
-        # --- simulated pods (issue 4): the scenario's GPUs are the busy ones, so per-pod
+        # --- simulated pods: the scenario's GPUs are the busy ones, so per-pod
         # usage follows the device series; `read(processes=True)` returns its processes.
         self._scenario = scenario
         if scenario is not None:
@@ -73,9 +73,9 @@ class SimulatedBackend:
             if busy is None:
                 self._busy = scenario.busy_gpus()
         self._epoch = clock()  # start of the first busy phase
-        # DCGM_EXP_* windows (issue 9): XIDs come from the scenario's schedule (a pure function
+        # DCGM_EXP_* windows: XIDs come from the scenario's schedule (a pure function
         # of time); clock events are counted per read, as dcgm-exporter counts samples.
-        # GPUs falling off the bus (issue 17, sim/lost.py): each loss is one XID event too
+        # GPUs falling off the bus (sim/lost.py): each loss is one XID event too
         self._lost = scenario.lost_gpus if scenario is not None else ()
         self._xids: tuple[ScenarioXid | LostGpu, ...] = (
             (*scenario.xids, *self._lost) if scenario is not None else ())
@@ -216,7 +216,7 @@ class SimulatedBackend:
 
     def _clock_counts(self, index: int, now: float, reasons: int) -> list[LabeledValue]:
         counter = self._clock_seen.get(index)
-        if counter is None:  # one bitmask sample per dcgm-exporter interval (issue 17)
+        if counter is None:  # one bitmask sample per dcgm-exporter interval
             counter = self._clock_seen[index] = derived.ClockEventCounter(
                 self._clock_window, self._clock_period, self._clock)
         counter.observe(reasons)
@@ -324,7 +324,7 @@ class SimulatedBackend:
             "DCGM_FI_PROF_PCIE_RX_BYTES": prof_bytes(1_210_000_000),
             "DCGM_FI_PROF_NVLINK_TX_BYTES": prof_bytes(0) if m.nvlink else None,
             "DCGM_FI_PROF_NVLINK_RX_BYTES": prof_bytes(0) if m.nvlink else None,
-            # issue 9 additions: static facts and the GPM pipes podgpu reads too
+            # static facts and the GPM pipes podgpu reads too
             "DCGM_FI_CUDA_DRIVER_VERSION": 13000,
             "DCGM_FI_DEV_NAME": m.name,
             "DCGM_FI_DEV_NVML_INDEX": i,

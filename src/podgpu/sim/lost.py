@@ -1,4 +1,4 @@
-"""Simulated GPUs falling off the bus: the scenario's `lost_gpus` (issue 17 item 1).
+"""Simulated GPUs falling off the bus: the scenario's `lost_gpus`.
 
     lost_gpus:
       - {gpu: 0, at: 30}                          # lost 30 s after start, for good, XID 79

@@ -1,5 +1,5 @@
-"""Simulated pods on the simulated node: allocations and GPU processes without a cluster (issue 4,
-item 6), so the demo and dashboard tests show per-pod data.
+"""Simulated pods on the simulated node: allocations and GPU processes without a cluster,
+so the demo and dashboard tests show per-pod data.
 
 A scenario lists pods, their containers and the GPUs each holds (by simulated GPU index; a
 `replica` makes it a time-slicing share, `GPU-<uuid>::N`). Each held GPU runs `processes`
@@ -25,7 +25,7 @@ Optional per pod: `uid` (default derived from namespace/name); per GPU: `replica
 top: `xids` (injected XID errors), `lost_gpus` (GPUs falling off the bus, sim/lost.py) and `mig`
 (GPUs with MIG on; a pod holds an instance with `instance: N`, sim/mig.py).
 
-Bounded (issue 13), so a hostile or mistaken file is a one-line error, never a traceback or a
+Bounded, so a hostile or mistaken file is a one-line error, never a traceback or a
 gigabyte: files up to MAX_FILE_BYTES of UTF-8, nesting no deeper than the format needs, at most
 MAX_PODS pods, MAX_PROCESSES simulated processes in all, strings up to MAX_TEXT characters.
 """
@@ -107,9 +107,9 @@ class Scenario:
     containers: tuple[ScenarioContainer, ...]
     source: str = "built-in default"
     xids: tuple[ScenarioXid, ...] = ()
-    """Injected XID errors (issue 9): DCGM_FI_DEV_XID_ERRORS and the windowed counts move."""
+    """Injected XID errors: DCGM_FI_DEV_XID_ERRORS and the windowed counts move."""
     lost_gpus: tuple[LostGpu, ...] = ()
-    """GPUs that fall off the bus (issue 17, sim/lost.py)."""
+    """GPUs that fall off the bus (sim/lost.py)."""
     mig: tuple[ScenarioMig, ...] = ()
     """GPUs with MIG on and their instances' profiles (sim/mig.py)."""
 

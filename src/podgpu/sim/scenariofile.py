@@ -1,4 +1,4 @@
-"""Reading a scenario file, bounded (issue 13): at most MAX_FILE_BYTES of UTF-8, JSON or YAML,
+"""Reading a scenario file, bounded: at most MAX_FILE_BYTES of UTF-8, JSON or YAML,
 nesting refused before a recursive parser sees it; every problem one ConfigError naming the
 file. podgpu.sim.scenario validates what comes out."""
 

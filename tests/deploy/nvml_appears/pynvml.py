@@ -2,7 +2,7 @@
 fake NVML of tests/fakes/fake_pynvml.py, whose nvmlInit fails with "library not found" (what
 NVML says before the driver's user-space library is mounted) until the wall-clock time in
 PODGPU_TEST_NVML_AT, then answers with the GPUs named in PODGPU_TEST_NVML_UUIDS. A fault
-injected at the NVML boundary (STYLE rule 6); everything above it is the real podgpu.
+injected at the NVML boundary; everything above it is the real podgpu.
 
 Put this directory first on PYTHONPATH (and the repository root after it)."""
 

@@ -1,4 +1,4 @@
-"""Issue 21 item 6: simulated hours of pods coming and going on exclusive, time-sliced and MIG
+"""Simulated hours of pods coming and going on exclusive, time-sliced and MIG
 GPUs (accelerated clock, missed and jittered cycles). Every pod's integrals equal the values
 computed in continuous time from the schedule within 0.5 %; on each GPU the pods' energy plus
 the unattributed energy equals the device counter's increase within 1 %."""

@@ -1,4 +1,4 @@
-"""Issue 21 item 4: the accounting counters reach CloudWatch through the EMF sink as per-minute
+"""The accounting counters reach CloudWatch through the EMF sink as per-minute
 deltas, with the declarations of deploy/cloudwatch/podgpu-declarations.json: a whole minute of
 an exclusive GPU is 60 GPU-seconds, a time-sliced GPU's two pods 30 each, and the energy deltas
 of a GPU's pods add up to its counter's increase over the minute."""

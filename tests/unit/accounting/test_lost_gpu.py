@@ -1,6 +1,6 @@
-"""Accounting across a GPU that falls off the bus (issue 17 item 1, issue 21).
+"""Accounting across a GPU that falls off the bus.
 
-Since issue 17 a lost GPU stays in `snapshot.samples` with `Sample.lost` set. Its holders keep
+A lost GPU stays in `snapshot.samples` with `Sample.lost` set. Its holders keep
 their allocation while the kubelet lists it; nothing is measured on it: no used seconds, no
 memory, no energy, whatever values the sample carries (docs/accounting.md, "A lost GPU")."""
 

@@ -60,7 +60,7 @@ def test_rejects_unknown_forms(raw: str) -> None:
 
 
 def test_nvidia_dra_device_names() -> None:
-    # reference/kubelet.md section 7: gpu-<minor>, gpu-<minor>-mig-<profile>-<id>-<start>
+    # the kubelet's PodResources API: gpu-<minor>, gpu-<minor>-mig-<profile>-<id>-<start>
     gpu = parse_device_id("gpu-3")
     assert gpu is not None and (gpu.kind, gpu.device_name) == ("dra-gpu", "nvidia3")
     mig = parse_device_id("gpu-2-mig-1g24gb-19-0")

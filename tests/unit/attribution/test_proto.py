@@ -1,5 +1,5 @@
 """The restated PodResources v1 proto keeps the kubelet's wire interface: every field number,
-type and label of shared/reference/kubelet.md §2, so the generated stubs talk to a real kubelet."""
+type and label of the kubelet's PodResources API, so the generated stubs talk to a real kubelet."""
 
 from __future__ import annotations
 

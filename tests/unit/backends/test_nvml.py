@@ -468,7 +468,7 @@ def test_p2p_status_on_a_single_gpu_node_is_unavailable_with_a_reason() -> None:
 
 
 def test_per_link_nvlink_bandwidth_reads_its_own_link() -> None:
-    # DCGM_FI_DEV_NVLINK_BANDWIDTH_L<n> (issue 9): TX+RX field values scoped to link n, not the
+    # DCGM_FI_DEV_NVLINK_BANDWIDTH_L<n>: TX+RX field values scoped to link n, not the
     # all-links scope the total uses; L6 is DCGM id 475 (the ids are not contiguous)
     from podgpu.backends.nvml_lib import Lib
     from podgpu.backends.nvml_plan import ALL_LINKS, build_plan
@@ -483,7 +483,7 @@ def test_per_link_nvlink_bandwidth_reads_its_own_link() -> None:
 
 
 def test_clock_event_counts_are_samples_at_dcgm_exporters_interval_whatever_podgpus() -> None:
-    """Issue 17 item 7: dcgm-exporter counts DCGM's bitmask samples, taken once per its collect
+    """dcgm-exporter counts DCGM's bitmask samples, taken once per its collect
     interval (30 s by default). podgpu reading every second keeps one read per 30 s, so two
     minutes of power capping at a 1 s or at a 30 s collect interval count the same: 4 samples,
     dcgm-exporter's count (not 120)."""

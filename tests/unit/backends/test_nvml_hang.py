@@ -1,4 +1,4 @@
-"""Issue 13: an NVML call that hangs (a wedged driver) stalls only its GPU: the cycle waits up to
+"""An NVML call that hangs (a wedged driver) stalls only its GPU: the cycle waits up to
 the read deadline, reports that GPU as not answering, skips it while the call is stuck, and
 reads it again once the call returns. The hang is injected in the fake binding (FakeGpu.hold)."""
 

@@ -1,4 +1,4 @@
-"""Issue 17 item 1 on the NVML backend: a GPU that falls off the bus keeps its identity labels,
+"""The NVML backend: a GPU that falls off the bus keeps its identity labels,
 DCGM_FI_DEV_XID_ERRORS 79 (when NVML says GpuIsLost, else the last XID), the windowed XID count
 and DCGM_EXP_GPU_HEALTH_STATUS FAIL until it comes back. The loss is injected in the fake binding
 (FakeGpu.lost / errors)."""

@@ -1,4 +1,4 @@
-"""MIG enumeration and per-instance reads, on layouts like those in reference/nvml.md §4."""
+"""MIG enumeration and per-instance reads, on layouts like those in NVML's MIG documentation."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_one_device_per_gpu_instance_with_parent_identity() -> None:
         assert d.mig_uuid and d.mig_uuid.startswith("MIG-") and d.key == d.mig_uuid
     samples = {s.device.mig_gi_id: s for s in reading.samples}
     # whole-GPU fields are read on the parent and repeated on each instance, as DCGM reports
-    # GPU-level fields on GPU-instance entities (issue 17); FB and GPM ('both') are per instance
+    # GPU-level fields on GPU-instance entities; FB and GPM ('both') are per instance
     assert samples[13].values["DCGM_FI_DEV_POWER_USAGE"] == \
         samples[None].values["DCGM_FI_DEV_POWER_USAGE"]
     assert "DCGM_FI_DEV_POWER_USAGE" not in samples[13].missing

@@ -1,4 +1,4 @@
-"""Issue 17 item 2: a hang at discovery, rediscovery, MIG enumeration or the P2P matrix stalls one
+"""A hang at discovery, rediscovery, MIG enumeration or the P2P matrix stalls one
 GPU, never the collect loop. The hang is injected in the fake binding (FakeGpu.hold/hold_only: the
 named NVML functions block on that GPU as a call into a wedged driver does); the loop is the real
 CollectLoop at a 0.2 s interval. "Keeps its interval" is a ratio measured in the same run: cycles
@@ -197,7 +197,7 @@ GROUPS = [FUNCTIONS[i:i + 5] for i in range(0, len(FUNCTIONS), 5)]
 @pytest.mark.parametrize("functions", GROUPS, ids=[g[0] for g in GROUPS])
 def test_a_hang_in_any_per_gpu_nvml_function_stalls_one_gpu_never_the_loop(
         functions: list[str]) -> None:
-    """Issue 17 item 2, every entry point: GPUs 1..5 (MIG-enabled, so the MIG calls are made
+    """Every entry point: GPUs 1..5 (MIG-enabled, so the MIG calls are made
     too) each hang in one NVML function from before open(); every catalog field is read, with
     processes; the loop keeps publishing and GPU 0 keeps its series meanwhile."""
     gpu0 = gpus(1)[0]

@@ -1,4 +1,4 @@
-"""`-d/--devices` (issue 9): which GPUs and MIG GPU instances get series."""
+"""`-d/--devices`: which GPUs and MIG GPU instances get series."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_absent_devices_are_refused_at_open(spec: str, needle: str) -> None:
 
 
 def test_flex_on_a_mixed_node_has_no_parent_series_for_mig_gpus_and_sums_match() -> None:
-    """Issue 17 item 3, through the fake NVML binding and the real renderer: GPU 0 whole, GPU 1
+    """Through the fake NVML binding and the real renderer: GPU 0 whole, GPU 1
     split into three MIG GPU instances. `-d f` (dcgm-exporter's default) shows GPU 0 and the
     instances only, so summing FB over every series counts each byte once; `-d g+i` asks for the
     parent beside its instances."""

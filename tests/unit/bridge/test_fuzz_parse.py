@@ -1,4 +1,4 @@
-"""Fuzzing the bridge's exposition parser (issue 19 item 5): whatever a scrape target answers,
+"""Fuzzing the bridge's exposition parser: whatever a scrape target answers,
 `parse_exposition` returns families or raises its own ParseError (one line), never anything
 else, within hypothesis' deadline; and what it returns turns into EMF series without error.
 

@@ -1,4 +1,4 @@
-"""The bridge's scrape client against hostile targets on loopback (issue 19 item 2): every answer
+"""The bridge's scrape client against hostile targets on loopback: every answer
 is cut at its cap or deadline, the failure is named on that target, credentials never show.
 
 The targets are real TCP servers (tests/hostile_peers.py) misbehaving on purpose."""

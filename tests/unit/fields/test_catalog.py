@@ -31,7 +31,7 @@ def test_every_nvml_name_a_source_uses_exists_in_pynvml(f) -> None:  # type: ign
 
 
 def test_dcgm_ids_from_the_reference() -> None:
-    # reference/nvml.md §1 and §0.1
+    # NVML's API reference
     assert lookup("DCGM_FI_DEV_GPU_UTIL").id == 203  # type: ignore[union-attr]
     assert lookup("DCGM_FI_DEV_FB_USED").id == 252  # type: ignore[union-attr]
     assert lookup("DCGM_FI_PROF_DRAM_ACTIVE").id == 1005  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""The metric list file is followed while running (issue 17 item 5)."""
+"""The metric list file is followed while running."""
 
 from __future__ import annotations
 

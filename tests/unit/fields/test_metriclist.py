@@ -15,7 +15,7 @@ from podgpu.fields.metriclist import (
 )
 
 # The 26 active rows of dcgm-exporter 4.8.x etc/default-counters.csv
-# (reference/dcgm-exporter.md §3.2), in file order.
+# (dcgm-exporter's source), in file order.
 DCGM_EXPORTER_DEFAULT_ACTIVE = [
     "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP",
     "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
@@ -146,7 +146,7 @@ def test_unreadable_files(tmp_path: Path) -> None:
 
 
 def test_non_utf8_list_is_read_with_a_warning_naming_the_line(tmp_path: Path) -> None:
-    """dcgm-exporter's Go CSV reader takes any bytes (issue 17 item 6); podgpu too, with a warning."""
+    """dcgm-exporter's Go CSV reader takes any bytes; podgpu too, with a warning."""
     bad = tmp_path / "latin1.csv"
     bad.write_bytes(b"# ok\nDCGM_FI_DEV_GPU_TEMP, gauge, Temp\xe9rature du GPU\n"
                     b"DCGM_FI_DEV_POWER_USAGE, gauge, W\n")
@@ -157,7 +157,7 @@ def test_non_utf8_list_is_read_with_a_warning_naming_the_line(tmp_path: Path) ->
 
 
 def test_fifo_and_endless_files_are_refused_without_blocking(tmp_path: Path) -> None:
-    """`-f` on a FIFO would hang start-up and `-f /dev/zero` would read forever (issue 19 item 4)."""
+    """`-f` on a FIFO would hang start-up and `-f /dev/zero` would read forever."""
     fifo = tmp_path / "fifo.csv"
     os.mkfifo(fifo)
     with pytest.raises(MetricListError, match="not a regular file"):

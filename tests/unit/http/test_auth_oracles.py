@@ -1,4 +1,4 @@
-"""Basic auth without oracles (issue 19 item 3), with real bcrypt through podgpu's listener on
+"""Basic auth without oracles, with real bcrypt through podgpu's listener on
 loopback: one bcrypt of the stored cost for every user and password length, a success cache that
 failures cannot evict, per-client throttling of failures that never throttles a client whose
 credentials were verified, `rate_limit` per client after auth, failures counted and logged at

@@ -1,4 +1,4 @@
-"""Fuzzing the web config (issue 19 item 5) through the CLI, `podgpu serve --web-config-file`, and
+"""Fuzzing the web config through the CLI, `podgpu serve --web-config-file`, and
 through the parser: near-valid documents with hostile values (control characters, escapes, deep
 nesting, FIFOs and devices as certificate files, long strings) and random text. Before: 1,383
 tracebacks in 10,296 cases through the CLI.

@@ -1,5 +1,5 @@
 """http/guard.py's pure parts: the rate-limited log that keeps an attack from filling a disk
-(issue 13: ~7,000 "socket.accept() out of system resource" lines a second before), the event
+(~7,000 "socket.accept() out of system resource" lines a second before), the event
 loop's error reports routed through it, and the connection cap kept below the descriptor limit."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def test_stale_collection_is_503_with_age() -> None:
 
 
 def test_lost_gpu_keeps_200_with_the_loss_in_the_body_and_strict_probe_fails() -> None:
-    # issue 9: dcgm-exporter's chart uses /health for liveness; a 503 for one lost GPU would
+    # dcgm-exporter's chart uses /health for liveness; a 503 for one lost GPU would
     # restart-loop the pod and take the healthy GPUs of the node out of the Service too
     snap = simulated_snapshot(2)
     lost = Snapshot(taken_at=snap.taken_at, samples=snap.samples[:1],
@@ -47,7 +47,7 @@ def test_lost_gpu_keeps_200_with_the_loss_in_the_body_and_strict_probe_fails() -
 
 
 def test_every_gpu_lost_or_backend_down_is_200_degraded_only_stale_is_503() -> None:
-    # issue 17: a one-GPU node whose GPU fell off the bus must not be restarted by the chart's
+    # a one-GPU node whose GPU fell off the bus must not be restarted by the chart's
     # liveness probe (dcgm-exporter answers 200); only the strict probe fails
     snap = simulated_snapshot(2)
     lost = tuple(replace(s, values={}, lost="GPU is lost") for s in snap.samples)

@@ -1,5 +1,5 @@
 """The live page's static files: the vendored uPlot is the version we say, with its licence, and
-every file the page links is served from the fixed table (issue 12)."""
+every file the page links is served from the fixed table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reloading the web config (issue 19 items 3, 4): an edit that removes authentication is refused
+"""Reloading the web config: an edit that removes authentication is refused
 with one WARNING; a hostile edit (control characters, 5,000-deep nesting, a FIFO) is one log line,
 never a traceback; /health, served without authentication, names no user; TLS 1.2 offers only
 forward-secret suites by default. Real files, real bcrypt hashes, real TLS handshakes."""

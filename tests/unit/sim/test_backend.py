@@ -96,7 +96,7 @@ def test_identities_are_deterministic_and_unique() -> None:
 
 
 def test_scenario_xids_drive_the_last_xid_and_the_windowed_count() -> None:
-    # issue 9: XID 31 on GPU 1 every 100 s from t=50 s; a 120 s window
+    # XID 31 on GPU 1 every 100 s from t=50 s; a 120 s window
     from podgpu.fields.catalog import BY_NAME
     from podgpu.sim.scenario import parse_scenario
 

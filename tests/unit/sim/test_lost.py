@@ -1,4 +1,4 @@
-"""The scenario's `lost_gpus` (issue 17 item 1): validated with errors naming the file and the
+"""The scenario's `lost_gpus`: validated with errors naming the file and the
 field, and the simulated backend exporting what the NVML backend exports for a lost GPU."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 13: hostile scenario files are one ConfigError naming the file, never a traceback or a
+"""Hostile scenario files are one ConfigError naming the file, never a traceback or a
 gigabyte (non-UTF-8, JSON nested 100k deep, YAML nested 50k deep, `processes: 5000000`)."""
 
 from __future__ import annotations

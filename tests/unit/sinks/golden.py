@@ -80,7 +80,7 @@ def render_default(snapshot: Snapshot, **label_opts: object) -> bytes:
 
 
 def render_1x(snapshot: Snapshot) -> bytes:
-    """dcgm-exporter's 1.x list (all rows enabled) with -o: dcgm_* names, 1.x labels (issue 9)."""
+    """dcgm-exporter's 1.x list (all rows enabled) with -o: dcgm_* names, 1.x labels."""
     from pathlib import Path
 
     from podgpu.fields.metriclist import parse_metric_list

@@ -1,4 +1,4 @@
-"""Issue 9 rendering: list spellings kept, XID descriptions, unavailable rows, 1.x labels."""
+"""dcgm-exporter-compatible rendering: list spellings kept, XID descriptions, unavailable rows, 1.x labels."""
 
 from __future__ import annotations
 

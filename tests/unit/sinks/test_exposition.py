@@ -12,7 +12,7 @@ from podgpu.sinks.prometheus import RenderOptions, render
 from podgpu.sinks.prometheus.labels import LabelOptions
 from tests.unit.sinks.golden import CASES, GOLDEN, pods_snapshot, render_default, simulated_snapshot
 
-# dcgm-exporter 4.8.x GPU template order (reference/dcgm-exporter.md §4.2)
+# dcgm-exporter 4.8.x GPU template order (dcgm-exporter's source)
 LEADING = ["gpu", "UUID", "pci_bus_id", "device", "modelName"]
 
 
@@ -140,7 +140,7 @@ def test_virtual_gpus_mode_gives_one_series_per_pod_with_vgpu() -> None:
 
 
 def test_virtual_gpus_split_util_and_memory_by_process_as_dcgm_exporter_4_8_2() -> None:
-    """Issue 17 item 4: GPU_UTIL and FB_USED keep the device series (no pod labels) and add one
+    """GPU_UTIL and FB_USED keep the device series (no pod labels) and add one
     per holder with its pod's processes' sum (SM %, MiB per process truncated); a holder with
     no process gets 0; `pod_uid` is always on those series."""
     snap = pods_snapshot()

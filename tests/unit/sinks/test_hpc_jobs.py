@@ -1,5 +1,5 @@
 """--hpc-job-mapping-dir: a GPU (or MIG instance) with jobs gets each series once per job with
-`hpc_job` among the attributes; other GPUs are unchanged (issue 17 item 6)."""
+`hpc_job` among the attributes; other GPUs are unchanged."""
 
 from __future__ import annotations
 

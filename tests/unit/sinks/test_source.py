@@ -1,4 +1,4 @@
-"""The one renderer of podgpu's own families (sinks/prometheus/source.py, issue 16 item 4): the
+"""The one renderer of podgpu's own families (sinks/prometheus/source.py): the
 text it makes is parsed back with prometheus_client's parser, the reference implementation."""
 
 from __future__ import annotations

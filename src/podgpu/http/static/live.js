@@ -1,4 +1,4 @@
-// podgpu live page (issue 12): polls ./api/v1/snapshot every collect interval and redraws the
+// podgpu live page: polls ./api/v1/snapshot every collect interval and redraws the
 // server-rendered summary in place. Every pod-supplied string goes in through textContent, never
 // innerHTML. Number formats repeat podgpu/sinks/live/fmt.py exactly (floor(x + 0.5)), so the
 // page, its plain summary and `podgpu top` print the same text for the same snapshot.

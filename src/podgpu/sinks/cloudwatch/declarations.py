@@ -5,7 +5,7 @@ object alone, or the `emf_processor` object alone. Matching follows the agent's 
 exactly (docs/cloudwatch.md, "What the agent does with the config"): source labels joined with
 `;` (the agent never passes `label_separator` on), a missing label as "", unanchored Go RE2
 regexes (podgpu.re2compat), the union of the matching declarations' dimension sets, a set that
-names a label missing on the series dropped, sets de-duplicated and sorted (issue 18 item 2).
+names a label missing on the series dropped, sets de-duplicated and sorted.
 
 What the agent accepts podgpu accepts, with one warning where the agent logs one or where the
 agent's behaviour surprises: an empty or invalid `label_matcher`, empty `source_labels` or

@@ -3,7 +3,7 @@
 Each destination sends one batch and either returns how many events CloudWatch refused for good
 (`rejectedLogEventsInfo`) or raises `SendError` saying whether a retry can help. CloudWatch Logs is
 called through logsapi.py (botocore's credentials, signer and HTTP session, no boto3 client); the
-errors of that one external system are translated here (STYLE rule 3). No retries below the
+errors of that one external system are translated here. No retries below the
 sender, which retries.
 """
 
@@ -170,9 +170,9 @@ class SocketDestination:
 
 class CloudWatchDestination:
     """PutLogEvents signed by botocore with its default credential chain (env, IRSA web
-    identity, EKS Pod Identity, instance profile), sent without a boto3 client (logsapi.py,
-    issue 20). Creates the log stream, and the group when allowed, the first time CloudWatch says
-    it is missing. `timeout` (s) bounds one call's read."""
+    identity, EKS Pod Identity, instance profile), sent without a boto3 client (logsapi.py).
+    Creates the log stream, and the group when allowed, the first time CloudWatch says it is
+    missing. `timeout` (s) bounds one call's read."""
 
     name = "cloudwatch"
     max_batch_events = 10_000

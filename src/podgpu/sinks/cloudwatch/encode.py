@@ -1,6 +1,6 @@
 """Closed windows -> EMF documents (one JSON line per label set per interval).
 
-The document follows the public EMF specification (reference/cloudwatch.md §4): `_aws.Timestamp`
+The document follows the public EMF specification (the CloudWatch documentation): `_aws.Timestamp`
 in milliseconds, `_aws.CloudWatchMetrics` directives with Namespace, Dimensions and Metrics, every
 dimension and metric a root member. A metric with several samples is written as a value
 distribution `{"Values": [...], "Counts": [...], "Max", "Min", "Count", "Sum"}` — the form the
@@ -8,7 +8,7 @@ CloudWatch agent's awsemf exporter writes for its high-frequency GPU metrics (§
 at most 100 distinct values. An event never holds more than 100 metrics: a larger label set is
 split into several events (the agent does not split, and CloudWatch then rejects the extraction).
 
-Issue 18:
+As the CloudWatch agent does:
 - **Units** only where the declaration's `metric_unit` names one (the agent's metrics carry none);
   the catalog's units only in podgpu's "workload" identity (`catalog_units=True`).
 - **No duplicate keys.** An event is one JSON object built as the agent builds its map: the

@@ -1,4 +1,4 @@
-"""CloudWatch Logs' JSON API through botocore's pieces, without a boto3 client (issue 20).
+"""CloudWatch Logs' JSON API through botocore's pieces, without a boto3 client.
 
 A boto3 `logs` client cost +11 MiB steady and +20 MiB at its peak on the H200 for three calls:
 building it parses the service model, the endpoint rule set and endpoints.json into Python

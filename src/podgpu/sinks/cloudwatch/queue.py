@@ -6,11 +6,11 @@ segment is also a file (`podgpu-emf-<timestamp_ms>-<pid>-<seq>.jsonl`, written a
 is deleted once its last event is acknowledged, so a restarted pod (spool on a hostPath) sends
 what it had not sent. A crash between a send and the file's deletion resends that segment:
 delivery is at least once,
-as EMF itself promises (reference/cloudwatch.md §4). What the spool directory may hold, and how it
+as EMF itself promises (the CloudWatch documentation). What the spool directory may hold, and how it
 is read back within the bound, is spool.py's.
 
-`Handoff` is the bounded hand-off of closed windows from the collect side to the sink's thread
-(issue 19 item 2): past its bound the oldest window goes, counted as dropped, so windows cannot
+`Handoff` is the bounded hand-off of closed windows from the collect side to the sink's thread:
+past its bound the oldest window goes, counted as dropped, so windows cannot
 pile up behind a stuck encode or send.
 
 Every event is accounted for: `accepted` (put, or loaded from the spool) = sent + rejected +

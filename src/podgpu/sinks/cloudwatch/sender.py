@@ -1,13 +1,13 @@
 """Sends queued EMF events in batches within PutLogEvents' limits, retrying until they land.
 
-Limits (reference/cloudwatch.md §5.1): at most 1,048,576 bytes counting 26 bytes per event, at
+Limits (the CloudWatch documentation): at most 1,048,576 bytes counting 26 bytes per event, at
 most 10,000 events, chronological, at most 24 h between the first and last event; events older
 than 14 days are refused by CloudWatch, so they are counted as rejected instead of sent. Failed
 sends are retried with capped exponential backoff and jitter (throttling, 5xx, timeouts, broken
 connections, and credential errors, which an IRSA token or a fixed policy can cure); the queue
 keeps everything meanwhile. Only a request CloudWatch calls invalid is given up, and counted.
 
-Every send has one **deadline** here, whatever the destination (issue 19 item 2): the send runs
+Every send has one **deadline** here, whatever the destination: the send runs
 on a helper thread and the sender stops waiting when the deadline passes, counts a retryable
 failure and backs off. A destination may offer `abort()`: called from the sender's thread when a
 send passed its deadline, it promises that `send()` may be called again at once (on a fresh

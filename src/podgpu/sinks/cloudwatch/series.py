@@ -2,7 +2,7 @@
 
 The agent scrapes the exporter through Prometheus, so each series it turns into EMF carries the
 exporter's own labels plus the *target labels* of the agent's scrape job, merged as Prometheus
-merges them, plus what the agent adds itself (issue 18 item 1):
+merges them, plus what the agent adds itself:
 
 - the series' labels, as `/metrics` exposes them: `pod`, `namespace`, `container` name the
   workload (dcgm-exporter's and podgpu's), never the exporter;
@@ -209,7 +209,7 @@ class SeriesBuilder:
         return key
 
     def key(self, pairs: tuple[tuple[str, str], ...], kind: str) -> LabelKey:
-        """The label key of a series from another source of this node (issue 21's accounting
+        """The label key of a series from another source of this node (the accounting's
         counters), finished as the snapshot's own series are."""
         return self._key(pairs, kind)
 

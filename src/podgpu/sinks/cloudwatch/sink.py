@@ -89,7 +89,7 @@ class EmfSink:
 
     def offer_counters(self, taken_at: float,
                        counters: Iterable[tuple[tuple[tuple[str, str], ...], list[Item]]]) -> None:
-        """Add counters of this node from outside the snapshot (issue 21's accounting totals),
+        """Add counters of this node from outside the snapshot (the accounting's totals),
         labelled like the snapshot's series; they become per-interval deltas like any counter."""
         assert self._builder is not None, "a sink without a SeriesBuilder takes offer_series()"
         if not self._builder.own_series:  # --emf-podgpu-series
@@ -130,8 +130,8 @@ class EmfSink:
         self._dest.close()
 
     def abort(self) -> None:
-        """A start that failed (e.g. the port is taken): send nothing, keep nothing (issue 18
-        item 6). The open window and anything handed off are discarded; the spool, if any, is
+        """A start that failed (e.g. the port is taken): send nothing, keep nothing. The
+        open window and anything handed off are discarded; the spool, if any, is
         left as it was."""
         self._acc.close()
         self._handoff.clear()

@@ -2,7 +2,7 @@
 
 Gauges keep every sample of the interval (1 s collection, 60 s interval: 60 values), so
 CloudWatch's Max, Min and percentiles see one-second peaks at per-minute cost. Counters become
-deltas as the CloudWatch agent makes them (reference/cloudwatch.md §3): the first sample of a
+deltas as the CloudWatch agent makes them (the CloudWatch documentation): the first sample of a
 series only seeds, a value below the previous one is a reset and sends the new value. Deltas are
 taken per sample and kept as a distribution, so the interval's Sum is the increase and Max the
 largest one-cycle step. Windows are aligned to the wall clock (multiples of the interval since the

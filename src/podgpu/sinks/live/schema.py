@@ -1,4 +1,4 @@
-"""The live view's document (`podgpu.snapshot/v1`, docs/live.md) as types (issue 16 item 9): the
+"""The live view's document (`podgpu.snapshot/v1`, docs/live.md) as types: the
 page, `/api/v1/snapshot` and `podgpu top` read the same keys, and mypy checks they agree with
 what `build_view` writes. `top` gets it over the network, so it validates the shape first
 (topdoc.py) and then reads it through these types."""

@@ -1,4 +1,4 @@
-"""Snapshot -> Prometheus text format 0.0.4 bytes, once per cycle (STYLE rule 1).
+"""Snapshot -> Prometheus text format 0.0.4 bytes, once per cycle.
 
 dcgm-exporter-compatible families first (in metric-list order, HELP/TYPE from the list, values
 formatted `%d`/`%f`), then podgpu's per-pod families, then podgpu's self-metrics. A family with no

@@ -2,7 +2,7 @@
 
 `gpu, UUID, pci_bus_id, device, modelName, [GPU_I_PROFILE, GPU_I_ID], Hostname`, then the
 label-typed fields and pod labels sorted by key, then the pod attributes sorted by key
-(`container, namespace, pod, pod_uid, vgpu`) — reference/dcgm-exporter.md §4.2-4.3.
+(`container, namespace, pod, pod_uid, vgpu`) — dcgm-exporter's source
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class LabelOptions:
     """-o: dcgm-exporter 1.x names: `uuid`, `pod_name`, `pod_namespace`, `container_name`."""
 
 
-# dcgm-exporter's --use-old-namespace renames (reference/dcgm-exporter.md §2.1)
+# dcgm-exporter's --use-old-namespace renames (dcgm-exporter's source)
 OLD_NAMES = {"UUID": "uuid", "pod": "pod_name", "namespace": "pod_namespace",
              "container": "container_name"}
 

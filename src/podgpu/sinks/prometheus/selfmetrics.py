@@ -47,7 +47,7 @@ def self_families(
                (Sample((("state", "ok"),), ok),
                 Sample((("state", "lost"),), len(snapshot.lost_devices)))),
     ]
-    # listed rows no device of this node can export (issue 9): node-wide, without device labels
+    # listed rows no device of this node can export: node-wide, without device labels
     missing = [Sample((("field", u.name), ("reason", u.reason)), 1) for u in unavailable]
     for s in snapshot.samples:
         ident = short_identity_pairs(s.device, opts)

@@ -1,4 +1,4 @@
-"""podgpu's own metric families as data, and the one function that renders them (issue 16 item 4).
+"""podgpu's own metric families as data, and the one function that renders them.
 
 A component that has something to report is a `MetricSource`: `families()` returns what it knows
 now (client_python's collector idea, node_exporter's per-collector update), and `render` turns

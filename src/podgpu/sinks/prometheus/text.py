@@ -29,7 +29,7 @@ def format_value(value: Value, value_type: str) -> str | None:
     """dcgm-exporter's formatting: integers as `%d`, doubles as `%f` (six decimals).
 
     None for a value that must not reach the wire (a string, NaN or infinity: a backend bug);
-    the caller drops that one sample instead of failing the whole exposition (STYLE rule 4).
+    the caller drops that one sample instead of failing the whole exposition.
     """
     if isinstance(value, str) or not math.isfinite(value):
         return None

@@ -1,5 +1,5 @@
-"""`--kubernetes-virtual-gpus` as dcgm-exporter 4.8.2 does it (issue 17 item 4; dcgm-exporter
-`internal/pkg/transformation/kubernetes.go` and `process_metrics.go`, issue #594).
+"""`--kubernetes-virtual-gpus` as dcgm-exporter 4.8.2 does it (dcgm-exporter
+`internal/pkg/transformation/kubernetes.go` and `process_metrics.go`, NVIDIA/dcgm-exporter#594).
 
 In that mode every series of a device that pods hold is repeated once per holder (pod,
 namespace, container, `vgpu` for a shared replica, `pod_uid` with --kubernetes-enable-pod-uid),

@@ -1,4 +1,4 @@
-"""The CloudWatch agent's Prometheus -> EMF path, restated as a test oracle (issue 18 item 1).
+"""The CloudWatch agent's Prometheus -> EMF path, restated as a test oracle.
 
 Written from the agent's and Prometheus' documented behaviour and source (not from podgpu's
 code), so podgpu's EMF can be checked against what the agent would have sent for the same node:

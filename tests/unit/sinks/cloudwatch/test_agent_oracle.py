@@ -1,4 +1,4 @@
-"""podgpu's EMF against the restated agent path (agent_oracle.py), on a simulated node (issue 18).
+"""podgpu's EMF against the restated agent path (agent_oracle.py), on a simulated node.
 
 The oracle scrapes podgpu's own `/metrics` text (rendered by the Prometheus sink, not by the EMF
 code) as the agent's `kubernetes-service-endpoints` job would, through the relabel rules, and
@@ -282,7 +282,7 @@ def test_bridge_labels_equal_the_oracles_on_the_seed_a10g_exposition() -> None:
 
 
 def test_plan_agent_column_on_the_seed_a10g_exposition_is_the_oracles() -> None:
-    """`podgpu plan`'s agent path (issue 18 item 7) fed two scrapes of the seed's A10G
+    """`podgpu plan`'s agent path fed two scrapes of the seed's A10G
     exposition: the custom metrics the oracle's agent makes (the workload `pod` kept), and one
     event per label set per scrape, undeclared series included (billed as logs)."""
     from podgpu.bridge.parse import parse_exposition

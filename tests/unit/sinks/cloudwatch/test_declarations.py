@@ -1,5 +1,5 @@
 """The agent's declaration semantics (awsemf's metric_declaration.go, the agent's translator),
-one rule per test (issue 18 item 2)."""
+one rule per test."""
 
 from __future__ import annotations
 

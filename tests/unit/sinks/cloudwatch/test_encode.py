@@ -155,7 +155,7 @@ def test_documents_without_labels_are_still_json() -> None:
 
 
 def test_every_event_fits_256_kib_split_by_metrics_never_cut() -> None:
-    """Thousands of unmatched, changing series in one label set (issue 18 item 4): split into
+    """Thousands of unmatched, changing series in one label set: split into
     events under the cap, each whole JSON, every value once."""
     from podgpu.sinks.cloudwatch.encode import MAX_EVENT_BYTES
 
@@ -195,7 +195,7 @@ def test_an_event_that_cannot_fit_is_dropped_counted_and_logged(caplog: Any) -> 
 
 def test_hostile_label_names_never_duplicate_a_key() -> None:
     """Labels named `_aws`, `Timestamp` or like a metric: one key each, as the agent's map
-    resolves them (labels, then metric values, then the reserved keys), issue 18 item 5."""
+    resolves them (labels, then metric values, then the reserved keys)."""
     cfg = parse_emf_config(json.dumps({"metric_declaration": [
         {"source_labels": ["job"], "metric_selectors": ["^m$", "^n$"],
          "dimensions": [["job"], ["job", "m"], ["_aws"]]}]}))

@@ -1,4 +1,4 @@
-"""The EMF sender against a destination that stops answering (issue 19 item 2, issue 18 item 4):
+"""The EMF sender against a destination that stops answering:
 every send ends at its deadline, /health's emf entry goes `failing` then `stalled` and back to
 `ok`, closed windows cannot pile up, and at shutdown every event is sent, spooled or counted.
 

@@ -178,7 +178,7 @@ def test_stdout_needs_no_cluster_name_but_cloudwatch_does() -> None:
 
 
 def test_abort_after_a_failed_start_sends_nothing() -> None:
-    """Issue 18 item 6: a `serve` whose port is taken aborts the sink: the open window and any
+    """A `serve` whose port is taken aborts the sink: the open window and any
     handed-off one are discarded, nothing reaches the destination (stop() would send them)."""
     sent = {}
     for end in ("abort", "stop"):

@@ -1,4 +1,4 @@
-"""The spool directory is not trusted (issue 19 item 2): only regular files are read, loading stays
+"""The spool directory is not trusted: only regular files are read, loading stays
 within the queue's bound, temp files are cleaned, every line is checked before it can be sent,
 and a directory podgpu cannot use is one ConfigError. Real files, FIFOs and symlinks in tmp_path;
 a directory in the way of a rename injects the failed write."""

@@ -1,5 +1,5 @@
 """`--kubernetes-virtual-gpus` on the EMF sink: the series podgpu's SeriesBuilder makes are the
-ones the CloudWatch agent would make scraping podgpu's own `/metrics` (issue 17 item 4).
+ones the CloudWatch agent would make scraping podgpu's own `/metrics`.
 
 The expected side is the Prometheus sink's exposition text, read back by the restated agent
 (agent_oracle.py's scrape: parse, merge the target labels, `prom_metric_type`, `ClusterName`), so
