@@ -30,7 +30,7 @@ async def measure(cost: int, repeat: int) -> dict[str, object]:
 
     try:
         from podgpu.http.authcheck import BasicAuthChecker
-    except ImportError:  # before issue 19 the checker lived in http.auth
+    except ImportError:  # older trees: the checker lived in http.auth
         from podgpu.http.auth import BasicAuthChecker
     users = {"prometheus": bcrypt.hashpw(b"the right one", bcrypt.gensalt(cost)).decode()}
     checker = BasicAuthChecker()
@@ -47,7 +47,7 @@ async def measure(cost: int, repeat: int) -> dict[str, object]:
                 try:
                     ok = await checker.check(users, user, password,
                                              client=f"{who}-{length}-{i}")
-                except TypeError:  # before issue 19: no client (and no throttle)
+                except TypeError:  # older trees: no client (and no throttle)
                     ok = await checker.check(users, user, password)
                 times[who].append((time.perf_counter() - t0) * 1000)
                 assert ok is False

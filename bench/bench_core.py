@@ -207,7 +207,7 @@ SRC_OVERRIDE: list[str] = []  # set by --podgpu-rev: a src/ tree that shadows th
 
 
 def child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()  # PODGPU_ACCOUNTING: issue 21's before/after
+    env = {k: v for k, v in os.environ.items()  # PODGPU_ACCOUNTING: accounting off/on
            if not k.startswith(("DCGM_EXPORTER_", "PODGPU_")) or k == "PODGPU_ACCOUNTING"}
     env["NODE_NAME"] = NODE_NAME  # same Hostname label on both sides
     if SRC_OVERRIDE:  # both servers import podgpu from the same tree

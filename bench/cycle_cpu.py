@@ -4,7 +4,7 @@ The simulated 8 x H100 node with its built-in scenario through the real `Collect
 default-list renderer, as `podgpu serve --simulate 8` runs them: 50 warm-up cycles, then N cycles
 timed with `time.process_time`, then N renders of those snapshots. Prints one JSON line
 (`cycle_ms`, `render_ms`: CPU milliseconds per cycle). For a before/after, run it alternately with
-`PYTHONPATH=<tree>/src` pointing at each tree (issue 17's section of bench/RESULTS.md):
+`PYTHONPATH=<tree>/src` pointing at each tree (bench/RESULTS.md, "Lost and hung GPUs ..."):
 
     PYTHONPATH=/tmp/before/src .venv/bin/python bench/cycle_cpu.py 1000
 """

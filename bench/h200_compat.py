@@ -1,4 +1,4 @@
-"""Issue 9 on a real GPU: every metric list dcgm-exporter ships, and a list of every DCGM field
+"""dcgm-exporter compatibility on a real GPU: every metric list dcgm-exporter ships, and a list of every DCGM field
 name, through `podgpu serve` on NVML; which rows are exported, which are unavailable and why.
 
 For each list (dcgm-exporter's default, dcp-metrics-included and 1.x lists with every commented
@@ -7,7 +7,7 @@ scrapes /metrics twice 2 s apart and /health, and classifies every row: exported
 name (with the first value seen), or named in podgpu_field_unavailable (with the reason), or
 UNEXPLAINED (a bug). It also records the backend stage time per cycle of each list (the every-
 field list includes nvmlDeviceGetPcieThroughput, ~20 ms per direction per GPU) and, from the
-every-field run, the values of the fields issue 9 added (enforced power limit, temperature
+every-field run, the values of the fields added for compatibility (enforced power limit, temperature
 thresholds, compute/persistence mode, PCIe link and throughput, per-link NVLink, HMMA/IMMA/DFMA/
 INT pipes, GPU health, P2P status).
 

@@ -1,6 +1,6 @@
-"""Issue 17 on a real GPU: the NVML backend with every NVML call on per-GPU workers, on the H200.
+"""Lost/hung GPU handling on a real GPU: the NVML backend with every NVML call on per-GPU workers, on the H200.
 
-What only hardware can confirm of issue 17 items 1-3 and 7 (the fault paths themselves, a hang or
+What only hardware can confirm of lost GPUs, per-GPU workers, MIG parents and clock-event sampling (the fault paths themselves, a hang or
 a GPU falling off the bus, are injected in the fake binding by the unit tests; nobody makes a real
 GPU fall off the bus on purpose):
 

@@ -5,7 +5,7 @@ in the EMF documents, and a 1 s scrape log of /metrics for the dashboard picture
 Production configuration: NVML, `-k` against a kubelet stand-in (real gRPC on a unix socket; a
 pod holds GPU 0), the pod watch against an API stand-in reached exactly as in a cluster
 (in-cluster config: KUBERNETES_SERVICE_HOST/PORT, the service-account token and CA files, HTTPS),
-the EMF sink with the seed post's agent config sending PutLogEvents (botocore-signed, no boto3 client since issue 20) to a CloudWatch
+the EMF sink with the seed post's agent config sending PutLogEvents (botocore-signed, no boto3 client) to a CloudWatch
 Logs stand-in (records every event), a 1 s collect interval, scrapes every second.
 
     PYTHONPATH=/tmp/site:src python3 bench/h200_prod_run.py $OUT --duration 540   # on the GPU

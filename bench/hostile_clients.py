@@ -1,4 +1,4 @@
-"""Long forms of issue 19 item 2: the clients podgpu runs against hostile peers on loopback.
+"""Long forms of the hostile-peer tests: the clients podgpu runs against hostile peers on loopback.
 
     .venv/bin/python bench/hostile_clients.py bridge --seconds 60 --out bench/results/...json
     .venv/bin/python bench/hostile_clients.py top --out ...

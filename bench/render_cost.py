@@ -1,8 +1,8 @@
 """Render cost of one 8-GPU simulated snapshot: the whole /metrics body, and podgpu's own
-self-metrics alone (issue 16 item 4 made them `MetricSource` families rendered by one function).
+self-metrics alone (`MetricSource` families rendered by one function).
 
 Run: .venv/bin/python bench/render_cost.py   (best of five loops, microseconds per render; the
-imports fall back to the paths before issue 16, so the same script measures an older tree with
+imports fall back to the older module paths, so the same script measures an older tree with
 PYTHONPATH=<that tree>/src)
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 try:
     from podgpu.sim.backend import MODELS, SimulatedBackend
-except ImportError:  # before issue 16 item 7
+except ImportError:  # older trees: sim/ did not exist
     from podgpu.backends.simulated import MODELS, SimulatedBackend  # type: ignore[no-redef]
 from podgpu.collect import Collector
 from podgpu.fields.metriclist import load_default

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Scrape log -> real Prometheus TSDB -> query_range -> PNG of per-pod GPU utilization (issue 10
-item 6): the picture a user sees in the dashboard's "GPU utilization per pod" panel.
+"""Scrape log -> real Prometheus TSDB -> query_range -> PNG of per-pod GPU utilization: the
+picture a user sees in the dashboard's "GPU utilization per pod" panel.
 
 1. Reads a scrape log (bench/scrape_log.py's format: JSON lines {"t": unix s, "body": text
    exposition} or {"t", "error"}), adds the `instance`/`job` labels and the `up` series a scrape

@@ -1,5 +1,5 @@
 """The EMF spool directory: one file per interval's events, written atomically, read back at start
-within the queue's byte bound (issue 19 item 2).
+within the queue's byte bound.
 
 The directory is usually a hostPath shared with earlier runs, so what is in it is not trusted:
 
