@@ -7,6 +7,8 @@ never reads growing podgpu's memory, a bad request echoed back."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from podgpu.http.app import App, Response
@@ -229,3 +231,22 @@ def test_a_request_names_its_peer() -> None:
     conn, t, _, _ = connection()
     send(conn, b"GET /who HTTP/1.1\r\nHost: x\r\n\r\n")
     assert t.sent.endswith(b"\r\n\r\n192.0.2.7")
+
+
+def test_memory_is_handed_back_after_a_wave_of_closes_not_under_steady_churn() -> None:
+    from podgpu.http.conn import MemoryReturn
+
+    async def main() -> tuple[bool, bool]:
+        steady = MemoryReturn()
+        steady.opened(2000)
+        for _ in range(5000):  # reconnecting clients: as many open as at the peak
+            steady.closed_one(1999)
+            steady.opened(2000)
+        wave = MemoryReturn()
+        wave.opened(2000)
+        for i in range(MemoryReturn.TRIM_AFTER):  # an attack ends: the open ones fall away
+            wave.closed_one(2000 - 1 - i * 8)
+        return steady.pending, wave.pending
+
+    steady_pending, wave_pending = asyncio.run(main())
+    assert not steady_pending and wave_pending
