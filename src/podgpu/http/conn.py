@@ -157,7 +157,7 @@ class Connection(asyncio.BufferedProtocol):
         self._tls: _Tls | None = None
         self._hello = b""
         self._peercert: Any = None
-        self.pending: h11.Request | None = None  # a request whose body is still arriving
+        self._pending: h11.Request | None = None  # a request whose body is still arriving
         self._body: memoryview | None = None      # the answer being written
         self._head = b""
         self._sent = 0
@@ -353,7 +353,7 @@ class Connection(asyncio.BufferedProtocol):
                 if len(event.headers) > self._listener.limits.max_headers:
                     self._bad(f"{len(event.headers)} headers")
                     return
-                self.pending = event
+                self._pending = event
             elif isinstance(event, h11.EndOfMessage):
                 request, self.pending = self.pending, None
                 if request is not None:
