@@ -355,7 +355,7 @@ class Connection(asyncio.BufferedProtocol):
                     return
                 self._pending = event
             elif isinstance(event, h11.EndOfMessage):
-                request, self.pending = self.pending, None
+                request, self._pending = self._pending, None
                 if request is not None:
                     self._dispatch(request)
             elif isinstance(event, h11.ConnectionClosed):
