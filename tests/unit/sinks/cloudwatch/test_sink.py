@@ -161,7 +161,7 @@ def test_stdout_needs_no_cluster_name_but_cloudwatch_does() -> None:
     env = {"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"}
     res = subprocess.run([*base, "--emf-destination", "cloudwatch"], capture_output=True,
                          text=True, timeout=30, env=env)
-    assert res.returncode == 2 and "needs a cluster name" in res.stderr
+    assert res.returncode == 2 and "--cluster-name" in res.stderr and res.stderr.count("\n") == 1
     proc = subprocess.Popen([*base, "--emf-destination", "stdout"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
