@@ -77,11 +77,8 @@ class PodInfo:
     containers: tuple[tuple[str, str], ...] = ()
     created: str = ""
     """metadata.creationTimestamp (RFC 3339, so it sorts as text); '' when absent."""
-    owners: tuple[tuple[str, str], ...] = ()
-    """(kind, name) of the owner references, the controller first (Container Insights'
-    workload name, attribution/workload.py)."""
-    gpus: PodGpus = field(default_factory=PodGpus)
-    """The containers' `nvidia.com/gpu` requests and limits, and the phase."""
+    owners: tuple[tuple[str, str], ...] = ()  # (kind, name), the controller first: workload.py
+    gpus: PodGpus = field(default_factory=PodGpus)  # nvidia.com/gpu requests, limits; phase
 
     def container_name(self, container_id: str) -> str:
         for cid, name in self.containers:

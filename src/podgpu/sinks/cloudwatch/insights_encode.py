@@ -22,13 +22,13 @@ from collections.abc import Iterator
 from podgpu.model import Snapshot
 from podgpu.sinks.cloudwatch.destinations import V0_PREFIX
 from podgpu.sinks.cloudwatch.encode import Encoder, distribution
-from podgpu.sinks.cloudwatch.insights import (
+from podgpu.sinks.cloudwatch.insights import InsightsBuilder
+from podgpu.sinks.cloudwatch.insights_contract import (
     CAPACITY_UNITS,
     DIMENSIONS,
     MARK,
     NAMESPACE,
     RAW_JSON,
-    InsightsBuilder,
     is_insights,
     unit_of,
 )
