@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _ignore_sighup(_signum: int, _frame: object) -> None:
     # No import and no logging here: the handler can run in the middle of an import (of logging
-    # itself, found by CI: a partially initialised module raised out of the import and killed
-    # serve). One write(2) to stderr is safe at any point.
+    # itself: a partially initialised module raised out of the import and killed serve). One
+    # write(2) to stderr is safe at any point. docs/decisions/0020-sighup-from-the-first-line.md
     os.write(2, b"podgpu: SIGHUP during start-up: ignored (send it again once serving)\n")
 
 

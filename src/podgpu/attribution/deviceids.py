@@ -39,7 +39,7 @@ NVIDIA_MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # Numbers are at most 9 digits: a peer's `::<5000 digits>` is an unknown form, not a ValueError
-# from int() (found by fuzzing).
+# from int().
 _N = r"\d{1,9}"
 _GPU = re.compile(rf"^(GPU-{_UUID})(?:::({_N}))?$")
 _MIG = re.compile(rf"^(MIG-{_UUID})(?:::({_N}))?$")

@@ -1,10 +1,11 @@
 """The Kubernetes API over plain HTTPS: in-cluster configuration and authenticated GETs.
 
 podgpu makes two kinds of API call: a node-scoped pod list/watch (podwatch.py) and one ConfigMap
-read (`-m`). We measured the official `kubernetes` client at +46 MiB steady and +105 MiB
-at start-up on the H200 for those; this module does the part of it podgpu used with the
-standard library (`http.client`, `ssl`), which every podgpu process has loaded already
-(bench/RESULTS.md, "A lean agent"). Blocking calls, made on the pod watch's own thread.
+read (`-m`). The official `kubernetes` client cost +46 MiB steady and +105 MiB at start-up on
+the H200 for those; this module does the part of it podgpu used with the standard library
+(`http.client`, `ssl`), which every podgpu process has loaded already
+(docs/decisions/0010-kubernetes-api-http-client.md). Blocking calls, made on the pod watch's
+own thread.
 
 What it keeps from the official client's in-cluster configuration:
 - the API address from KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT (an IPv6 host is
