@@ -72,18 +72,19 @@ class HostileKubelet:
             if self.mode == "huge":
                 conn.send_data(sid, b"\0" + struct.pack(">I", 2**31))
                 sock.sendall(conn.data_to_send())
+                block = bytes(16384)
                 while not self._stop.is_set():
-                    window = min(conn.local_flow_control_window(sid), 16384)
-                    if window > 0:
-                        conn.send_data(sid, bytes(window))
+                    window = min(conn.local_flow_control_window(sid), len(block))
+                    if window > 0:  # as fast as the client's window allows
+                        conn.send_data(sid, block[:window])
                         self.sent += window
+                        sock.sendall(conn.data_to_send())
+                        continue
+                    data = sock.recv(65536)  # the window is spent: wait for an update
+                    if not data:
+                        return
+                    conn.receive_data(data)
                     sock.sendall(conn.data_to_send())
-                    sock.settimeout(0.05 if window else 5)
-                    with contextlib.suppress(TimeoutError):
-                        data = sock.recv(65536)
-                        if not data:
-                            return
-                        conn.receive_data(data)
             else:
                 sock.sendall(conn.data_to_send())
                 while not self._stop.wait(0.2):
