@@ -65,6 +65,8 @@ def read_head(path: str | os.PathLike[str], limit: int, *,
         fd = os.open(path, flags)
     except OSError as exc:
         raise FileReadError(f"cannot read: {exc.strerror or exc}", exc.errno) from None
+    except ValueError as exc:  # a NUL in the path
+        raise FileReadError(f"cannot read: {exc}") from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

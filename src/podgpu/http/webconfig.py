@@ -22,11 +22,10 @@ one (files and YAML); the public names of all three are importable from here.
 from __future__ import annotations
 
 import importlib
-import os
 import re
-import stat
 from typing import Any
 
+from podgpu.files import FileReadError, read_head
 from podgpu.http.webconfig_model import (
     ALLOWED_HEADERS,
     CLIENT_AUTH_TYPES,
@@ -51,29 +50,13 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def read_regular(path: str, limit: int) -> bytes:
-    """At most `limit` + 1 bytes of the regular file `path`. A FIFO, device or directory is
-    refused without blocking (open() of a FIFO waits for a writer). Raises WebConfigError whose
-    message is the reason alone (the caller names the file and its role)."""
+    """At most `limit` + 1 bytes of the regular file `path`, through the one bounded file reader
+    (podgpu.files): a FIFO, device or directory is refused without blocking. Raises
+    WebConfigError whose message is the reason alone (the caller names the file and its role)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise WebConfigError(reason) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise WebConfigError("not a regular file (a FIFO, device or directory)")
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 16, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    except OSError as exc:
-        raise WebConfigError(exc.strerror or str(exc)) from None
-    finally:
-        os.close(fd)
+        return read_head(path, limit + 1)[0]
+    except FileReadError as exc:
+        raise WebConfigError(str(exc)) from None
 
 
 def load_web_config(path: str) -> WebConfig:
