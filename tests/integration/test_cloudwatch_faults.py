@@ -18,6 +18,7 @@ from podgpu.sinks.cloudwatch.queue import EventQueue
 from podgpu.sinks.cloudwatch.sender import Sender
 from podgpu.sinks.cloudwatch.sink import EmfSink
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
+from podgpu.sinks.prometheus.source import render
 from tests.emf_validator import extract, validate
 from tests.integration.aws_fakes import (
     PUT,
@@ -118,7 +119,7 @@ def test_ten_minutes_of_throttling_lose_nothing_and_duplicate_nothing(
     assert st.retried > 0 and st.dropped == 0 and st.rejected == 0
     assert st.sent == len(expected)
     assert proxy.count(PUT, mode="throttle") > 10
-    exposed = dict(line.rsplit(" ", 1) for line in sink.render_metrics().splitlines()
+    exposed = dict(line.rsplit(" ", 1) for line in render(sink.families()).splitlines()
                    if line.startswith("podgpu_emf_events_total{"))
     assert int(exposed['podgpu_emf_events_total{result="retried"}']) == st.retried > 0
     # extracted as CloudWatch would, against the snapshots themselves: the exclusive pod's

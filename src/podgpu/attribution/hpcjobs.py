@@ -33,7 +33,6 @@ MAX_FILE_BYTES = 64 * 1024
 MAX_JOBS_PER_GPU = 64
 """Jobs kept per mapping file. Slurm shares a GPU between jobs only through sharding or MPS,
 a handful at a time; each job is a full copy of the GPU's series (about 40 by default)."""
-LABEL = "hpc_job"
 
 JobMap = Mapping[str, tuple[str, ...]]
 """Mapping-file key (`"0"`, `"2.1"`) -> job ids in file order."""
@@ -47,11 +46,6 @@ def parse_jobs(text: str) -> tuple[str, ...]:
         if job:
             out.setdefault(job, None)
     return tuple(out)
-
-
-def job_key(gpu_index: int | str, gpu_instance_id: int | None = None) -> str:
-    """The mapping file that names the jobs of a GPU (or of one MIG instance on it)."""
-    return f"{gpu_index}.{gpu_instance_id}" if gpu_instance_id is not None else str(gpu_index)
 
 
 class HpcJobMapper:

@@ -135,7 +135,6 @@ class Target:
         self.url = redact(url)
         """Shown in /metrics, /health and the log: never the password."""
         self.instance = instance
-        self._parts = parts
         self._timeout = timeout
         self.max_bytes = max_bytes
         self.max_samples = max_samples

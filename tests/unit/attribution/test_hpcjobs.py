@@ -8,16 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from podgpu.attribution.hpcjobs import MAX_FILE_BYTES, HpcJobMapper, job_key, parse_jobs
+from podgpu.attribution.hpcjobs import MAX_FILE_BYTES, HpcJobMapper, parse_jobs
 
 
 def test_parse_keeps_order_drops_blanks_and_repeats() -> None:
     assert parse_jobs("1234\n\n  5678 \r\n1234\n") == ("1234", "5678")
     assert parse_jobs("") == ()
-
-
-def test_keys_for_gpus_and_mig_instances() -> None:
-    assert job_key(0) == "0" and job_key(3, 10) == "3.10" and job_key("2", 0) == "2.0"
 
 
 def test_directory_read_skips_names_dirs_and_fifos(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,34 +101,6 @@ class EmfConfig:
         """A `metric_selectors` pattern names `podgpu_`: the config asks for podgpu's own
         series (`--emf-podgpu-series auto`); a wildcard alone does not."""
         return any("podgpu_" in s.pattern for d in self.declarations for s in d.selectors)
-
-    def directives_for(self, labels: Labels, metrics: Sequence[str]
-                       ) -> list[tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]]:
-        """Group `metrics` of one label set into (metric names, dimension sets) directives.
-
-        Metrics selected by the same list of declarations share a directive whose dimension sets
-        are the union of those declarations' surviving sets; metrics with no surviving set (or no
-        declaration) are left out — the caller decides whether unmatched values are still sent.
-        """
-        kept = [d for d in self.declarations if d.matches_labels(labels)]
-        if not kept:
-            return []
-        by_decls: dict[tuple[int, ...], list[str]] = {}
-        for m in metrics:
-            idx = tuple(d.index for d in kept if d.selects(m))
-            if idx:
-                by_decls.setdefault(idx, []).append(m)
-        out = []
-        by_index = {d.index: d for d in kept}
-        for idx, names in by_decls.items():
-            sets: list[tuple[str, ...]] = []
-            for i in idx:
-                for s in by_index[i].dimension_sets(labels):
-                    if s not in sets:
-                        sets.append(s)
-            if sets:
-                out.append((tuple(names), tuple(sets)))
-        return out
 
 
 def load_emf_config(path: str) -> EmfConfig:
@@ -337,11 +309,6 @@ def fill_placeholders(template: str, labels: Labels) -> str:
             value = labels.get(key) or labels.get(fallback) or UNDEFINED
             template = template.replace(token, value)
     return template
-
-
-def placeholder_labels(template: str) -> set[str]:
-    """The label names a template's placeholders may read."""
-    return {n for k, f in PLACEHOLDERS.items() if "{" + k + "}" in template for n in (k, f)}
 
 
 def resolve_log_names(group: str, stream: str, constant: Labels, *, per_event: bool

@@ -53,9 +53,6 @@ CATALOG_UNITS: Mapping[str, str] = {
 
 _DUMPS = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
-Directives = list[tuple[tuple[tuple[str, ...], ...], list[str]]]
-"""(dimension sets, metric names) of each directive of one event."""
-
 Plan = tuple[tuple[int, ...], tuple[tuple[str, ...], ...]]
 """For one (label set, metric): indices of the declarations selecting it, and its dimension sets."""
 

@@ -19,7 +19,7 @@ from podgpu.sinks.cloudwatch.queue import EventQueue, Handoff
 from podgpu.sinks.cloudwatch.sender import EmfStats, Sender
 from podgpu.sinks.cloudwatch.series import COUNTER, Item, LabelKey
 from podgpu.sinks.cloudwatch.window import ClosedWindow, WindowAccumulator
-from podgpu.sinks.prometheus.source import Family, Sample, counter, gauge, render
+from podgpu.sinks.prometheus.source import Family, Sample, counter, gauge
 
 log = logging.getLogger(__name__)
 
@@ -212,9 +212,6 @@ class EmfSink:
     def families(self) -> list[Family]:
         """The sink's counters as a MetricSource (sinks/prometheus/source.py)."""
         return emf_families(self.stats(), self._encode_seconds, self._encoder.too_large)
-
-    def render_metrics(self) -> str:
-        return render(self.families())
 
 
 def emf_families(s: EmfStats, encode_seconds: float = 0.0, too_large: int = 0) -> list[Family]:

@@ -9,13 +9,21 @@ from pathlib import Path
 import pytest
 
 from podgpu.errors import ConfigError
-from podgpu.sinks.cloudwatch.declarations import load_emf_config, parse_emf_config
+from podgpu.sinks.cloudwatch.declarations import EmfConfig, load_emf_config, parse_emf_config
+from podgpu.sinks.cloudwatch.encode import Encoder
 
 SEED = Path(__file__).resolve().parents[3] / "fixtures" / "seed" / "cwagent-config.json"
 
 
 def cfg(*decls: dict[str, object], **emf: object) -> str:
     return json.dumps({"metric_declaration": list(decls), **emf})
+
+
+def dimension_sets(config: EmfConfig, labels: dict[str, str], metric: str
+                   ) -> tuple[tuple[str, ...], ...]:
+    """The dimension sets the encoder extracts `metric` of this label set with (none: not
+    extracted)."""
+    return Encoder(config).plan(tuple(sorted(labels.items())), metric)[1]
 
 
 def test_seed_config_read_unchanged() -> None:
@@ -84,27 +92,25 @@ def test_union_and_dedup_of_dimension_sets_across_declarations() -> None:
          "dimensions": [["job"], ["pod"], ["ClusterName"]]},
     ))
     labels = {"job": "j", "gpu": "0", "pod": "p"}
-    plan = c.directives_for(labels, ["m", "n", "other"])
-    as_dict = {names: sets for names, sets in plan}
     # m is selected by both: union, de-duplicated, each set sorted; ClusterName set dropped
-    assert as_dict[("m",)] == (("gpu", "job"), ("job",), ("pod",))
-    assert as_dict[("n",)] == (("job",), ("pod",))
-    assert all("other" not in names for names, _ in plan)
+    assert dimension_sets(c, labels, "m") == (("gpu", "job"), ("job",), ("pod",))
+    assert dimension_sets(c, labels, "n") == (("job",), ("pod",))
+    assert dimension_sets(c, labels, "other") == ()
 
 
 def test_set_naming_a_missing_label_is_dropped_not_the_declaration() -> None:
     c = parse_emf_config(cfg({"source_labels": ["job"], "metric_selectors": ["m"],
                               "dimensions": [["job", "pod"], ["job"]]}))
-    assert c.directives_for({"job": "j"}, ["m"]) == [(("m",), (("job",),))]
+    assert dimension_sets(c, {"job": "j"}, "m") == (("job",),)
     only_pod = parse_emf_config(cfg({"source_labels": ["job"], "metric_selectors": ["m"],
                                      "dimensions": [["pod"]]}))
-    assert only_pod.directives_for({"job": "j"}, ["m"]) == []
+    assert dimension_sets(only_pod, {"job": "j"}, "m") == ()
 
 
 def test_empty_dimension_set_means_no_dimensions() -> None:
     c = parse_emf_config(cfg({"source_labels": ["job"], "metric_selectors": ["m"],
                               "dimensions": [[]]}))
-    assert c.directives_for({"job": "j"}, ["m"]) == [(("m",), ((),))]
+    assert dimension_sets(c, {"job": "j"}, "m") == ((),)
 
 
 def test_declaration_without_selectors_is_skipped_with_a_warning() -> None:
@@ -144,7 +150,7 @@ def test_what_the_agent_accepts_is_accepted() -> None:
     assert c.namespace == "default"  # awsemf's namespace for an empty one
     assert c.units == {"n": "Count"}  # the unknown unit is dropped, as the agent drops it
     assert c.declarations[0].dimensions == (("", "job"),)  # accepted; never extracted
-    assert c.directives_for({"job": "j"}, ["m"]) == []
+    assert dimension_sets(c, {"job": "j"}, "m") == ()
     assert any("'Percentage' is not a CloudWatch unit" in w for w in c.warnings)
 
 

@@ -17,6 +17,7 @@ from podgpu.sinks.cloudwatch.destinations import SocketDestination, parse_target
 from podgpu.sinks.cloudwatch.encode import Encoder
 from podgpu.sinks.cloudwatch.queue import EventQueue
 from podgpu.sinks.cloudwatch.sink import EmfSink
+from podgpu.sinks.prometheus.source import render
 from tests.conftest import wait_for
 from tests.unit.sinks.cloudwatch.simnode import SimNode
 from tests.unit.sinks.cloudwatch.test_queue_sender import FakeDestination
@@ -43,7 +44,7 @@ def test_sink_sends_each_closed_window_and_reports_metrics() -> None:
     assert [d["_aws"]["Timestamp"] for d in docs] == [
         int((node.clock.now - 121) * 1000), int((node.clock.now - 61) * 1000),
         int((node.clock.now - 1) * 1000)]
-    text = sink.render_metrics()
+    text = render(sink.families())
     assert 'podgpu_emf_events_total{result="sent"} 6\n' in text
     assert "podgpu_emf_last_success_timestamp_seconds " in text
     assert sink.health()["status"] == "ok"

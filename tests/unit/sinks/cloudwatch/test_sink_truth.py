@@ -15,6 +15,7 @@ from podgpu.sinks.cloudwatch.queue import EventQueue
 from podgpu.sinks.cloudwatch.sender import Sender
 from podgpu.sinks.cloudwatch.series import GAUGE
 from podgpu.sinks.cloudwatch.sink import EmfSink
+from podgpu.sinks.prometheus.source import render
 from tests.conftest import wait_for
 from tests.unit.sinks.cloudwatch.test_queue_sender import FakeDestination
 
@@ -41,7 +42,7 @@ def test_health_names_events_dropped_as_too_large_while_it_happens() -> None:
         assert h["too_large_events"] == 1  # the count since start stays
     finally:
         sink.stop(grace=1.0)
-    assert 'podgpu_emf_events_total{result="too_large"} 1' in sink.render_metrics()
+    assert 'podgpu_emf_events_total{result="too_large"} 1' in render(sink.families())
 
 
 def test_stop_makes_a_final_attempt_during_a_backoff_longer_than_the_grace() -> None:
