@@ -110,10 +110,12 @@ def test_allocations_follow_the_kubelet_and_drop_when_it_goes(
     try:
         r = settle(a, lambda r: r.status.ok)
         assert r.allocations == ()
+        calls = kubelet.calls
         kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", G[0])])
-        t0 = time.monotonic()
         settle(a, lambda r: len(r.allocations) == 1)
-        assert time.monotonic() - t0 < 1.0  # polled in the background at 0.05 s
+        # polled in the background: the first List after the change is what attribute() serves
+        # (one may have been in flight during the change, one more may end while this checks)
+        assert kubelet.calls - calls <= 3, kubelet.calls - calls
 
         kubelet.stop()
         r = settle(a, lambda r: r.status.unavailable)

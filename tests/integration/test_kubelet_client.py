@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 import grpc
 
@@ -88,10 +88,11 @@ def test_background_polling_follows_changes_disappearance_and_return(
 
 def test_start_does_not_block_when_the_kubelet_is_absent(sock: str) -> None:
     client = PodResourcesClient(sock, poll_interval_seconds=0.05)
-    t0 = time.monotonic()
-    client.start(wait_seconds=1.0)
+    starting = threading.Thread(target=client.start, kwargs={"wait_seconds": 1.0}, daemon=True)
+    starting.start()
+    starting.join(30)  # a deadline for a hang, not a measure of speed
     try:
-        assert time.monotonic() - t0 < 1.5
+        assert not starting.is_alive()
         assert not client.state.ok
         assert client.state.errors >= 1
         assert "kubelet socket" in client.state.reason
