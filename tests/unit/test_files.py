@@ -101,3 +101,28 @@ def test_serve_refuses_special_files_with_one_line(tmp_path: Path, flag: str, pa
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "mem"])
+def test_a_reload_onto_a_special_file_keeps_the_list_with_one_line(
+        tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A list file swapped for a FIFO, /dev/zero or /proc/self/mem between two reloads: the
+    reload is refused in one log line and the list in use stays (no hang, no traceback)."""
+    import logging
+
+    from podgpu.fields.metriclist import load_metric_list
+    from podgpu.reload import MetricListSwitch
+
+    path = tmp_path / "list.csv"
+    path.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n")
+    switch = MetricListSwitch(load_metric_list(str(path)), lambda: load_metric_list(str(path)))
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero" if kind == "zero" else "/proc/self/mem")
+    with caplog.at_level(logging.INFO, logger="podgpu.reload"):
+        assert switch.request() is False
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    assert "\n" not in caplog.records[0].getMessage() and not caplog.records[0].exc_info
+    assert switch.current.metrics and "still exporting" in str(switch.health()["status"])
