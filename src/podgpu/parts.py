@@ -27,6 +27,7 @@ def load_metrics(collect: CollectSettings, kube_configuration: Any = None) -> Me
     """-m (a ConfigMap through the Kubernetes API) wins over -f, as in dcgm-exporter; else -f;
     else dcgm-exporter's default path when a file is there; else the embedded default.
     `kube_configuration` is for tests (None: in-cluster)."""
+    from podgpu.errors import ConfigError, MetricListError
     from podgpu.fields.metriclist import (
         load_default,
         load_metric_list,
@@ -41,7 +42,15 @@ def load_metrics(collect: CollectSettings, kube_configuration: Any = None) -> Me
         text = read_configmap(ns, name, configuration=kube_configuration)
         return parse_metric_list(text, f"configmap {ns}/{name} (key metrics)")
     path = resolve_list_path(collect.collectors, collect.default_list)
-    return load_default() if path is None else load_metric_list(path)
+    if path is None:
+        return load_default()
+    try:
+        return load_metric_list(path)
+    except MetricListError as exc:
+        if exc.line or not collect.collectors:
+            raise
+        # the file itself cannot be read (a FIFO, /dev/zero, /proc/self/mem): name the flag
+        raise ConfigError(f"-f {path}: {exc.problem}") from None
 
 
 def make_scenario(settings: ServeSettings) -> Scenario | None:

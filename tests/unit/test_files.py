@@ -85,7 +85,7 @@ def test_describe() -> None:
 
 @pytest.mark.parametrize(("flag", "path", "needle"), [
     ("--cloudwatch-config", "/dev/zero", "--cloudwatch-config /dev/zero: a character device"),
-    ("-f", "/proc/self/mem", "/proc/self/mem:0: cannot read"),
+    ("-f", "/proc/self/mem", "-f /proc/self/mem: cannot read: Input/output error"),
     ("--simulate-scenario", "FIFO", "a FIFO, not a regular file"),
 ])
 def test_serve_refuses_special_files_with_one_line(tmp_path: Path, flag: str, path: str,
