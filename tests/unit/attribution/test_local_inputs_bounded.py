@@ -8,6 +8,7 @@ import logging
 import os
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,3 +71,19 @@ def test_an_hpc_file_that_is_a_device_or_fifo_is_skipped(tmp_path: Path) -> None
     os.mkfifo(tmp_path / "1")
     (tmp_path / "2").write_text("j\n")
     assert HpcJobMapper(str(tmp_path)).read() == {"2": ("j",)}
+
+
+def test_serve_caps_hpc_jobs_per_gpu_in_metrics_and_health(agent: Any, tmp_path: Path) -> None:
+    """Through the running agent: GPU 0's series appear once per kept job, and /health's
+    hpc_job_mapping entry says the file was cut."""
+    import json
+
+    (tmp_path / "0").write_text("".join(f"j{i}\n" for i in range(500)))
+    p = agent("--simulate", "1", "-c", "200", "--hpc-job-mapping-dir", str(tmp_path))
+    p.wait_ready()
+    _, _, metrics = p.get("/metrics")
+    util = [ln for ln in metrics.decode().splitlines() if ln.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+    assert len(util) == MAX_JOBS_PER_GPU
+    _, _, health = p.get("/health")
+    entry = json.loads(health)["hpc_job_mapping"]
+    assert entry["status"] == f"jobs cut at {MAX_JOBS_PER_GPU} per GPU: 0 (500 jobs)"
