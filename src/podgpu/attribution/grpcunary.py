@@ -61,6 +61,8 @@ class _Call:
         self.ended = False
 
     def data(self, chunk: bytes) -> None:
+        if not chunk:  # an empty DATA frame (e.g. one that only ends the stream)
+            return
         if self.length is not None and len(self.buffer) >= 5 + self.length:
             raise GrpcError("UNIMPLEMENTED", "more than one message in a unary answer")
         self.buffer += chunk
