@@ -33,6 +33,7 @@ def on_signal(loop: asyncio.AbstractEventLoop, sig: int, callback: Callable[[], 
     quiet_wakeup_fd()
 
     def handler(_sig: int, _frame: FrameType | None) -> None:
-        loop.call_soon_threadsafe(callback)
+        if not loop.is_closed():  # a signal racing the loop's end has nothing left to do
+            loop.call_soon_threadsafe(callback)
 
     signal.signal(sig, handler)
