@@ -1,39 +1,76 @@
-"""Signals on an asyncio loop that a storm of them cannot turn into tracebacks or lose.
+"""Signals on an asyncio loop that a storm of them cannot turn into tracebacks, lose, or use to
+kill a graceful stop.
 
 `loop.add_signal_handler` has the C-level handler write each signal's number to the loop's wakeup
-socket with `warn_on_full_buffer` on: a storm faster than the loop drains it (a SIGHUP loop from a
-script, a supervisor re-sending SIGTERM) printed one "Exception ignored when trying to write to the
-signal wakeup fd" traceback per signal, and the number of a signal that did not fit was lost.
-`on_signal` keeps asyncio's handler, sets the same wakeup socket without the warning, and adds a
-Python-level handler (a per-signal flag in the interpreter, so never lost and coalesced by
-nature) that schedules the callback with `call_soon_threadsafe`, as the asyncio documentation
-asks of signal handlers. A callback may so run twice for one signal: callbacks are idempotent
-(set an event, ask for a reload that coalesces with a pending one).
+socket with `warn_on_full_buffer` on, and dispatches by those bytes: a storm faster than the loop
+drains them (a SIGHUP loop from a script, a supervisor re-sending SIGTERM) printed one "Exception
+ignored when trying to write to the signal wakeup fd" traceback per signal, the number of a signal
+that did not fit was lost, and `remove_signal_handler` puts the default action back, so a SIGTERM
+arriving during the stop killed the process.
+
+Here a Python-level handler (`signal.signal`: a per-signal flag in the interpreter, so never lost
+and coalesced by nature) schedules the callback with `call_soon_threadsafe`, as the asyncio
+documentation asks of signal handlers; the wakeup fd is a socket of our own, set without the
+warning and drained by the loop, only so that a signal delivered to another thread still wakes
+the loop. `off_signal` switches the signal to ignored in one step (no window with the default
+action). Callbacks must be idempotent: a storm may run one several times (set an event, ask for
+a reload that joins a pending one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import socket
 from collections.abc import Callable
 from types import FrameType
 
+_wakeups: dict[asyncio.AbstractEventLoop, tuple[socket.socket, socket.socket, set[int]]] = {}
 
-def quiet_wakeup_fd() -> None:
-    """Keep the current wakeup fd, without a warning when its buffer is full (main thread)."""
-    fd = signal.set_wakeup_fd(-1)
-    if fd != -1:
-        signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+
+def _drain(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while sock.recv(4096):
+            pass
 
 
 def on_signal(loop: asyncio.AbstractEventLoop, sig: int, callback: Callable[[], object]) -> None:
-    """Run `callback` on `loop` for every `sig` (storms coalesce, never a traceback). Call from
-    the main thread while `loop` runs; undo with `loop.remove_signal_handler(sig)`."""
-    loop.add_signal_handler(sig, callback)
-    quiet_wakeup_fd()
+    """Run `callback` on `loop` for `sig` (storms coalesce, never a traceback). Call from the
+    main thread while `loop` runs; undo with `off_signal`."""
+    if loop not in _wakeups:
+        r, w = socket.socketpair()
+        r.setblocking(False)
+        w.setblocking(False)
+        loop.add_reader(r.fileno(), _drain, r)
+        signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+        _wakeups[loop] = (r, w, set())
+    _wakeups[loop][2].add(sig)
 
     def handler(_sig: int, _frame: FrameType | None) -> None:
         if not loop.is_closed():  # a signal racing the loop's end has nothing left to do
             loop.call_soon_threadsafe(callback)
 
     signal.signal(sig, handler)
+
+
+def off_signal(loop: asyncio.AbstractEventLoop, sig: int) -> None:
+    """Ignore `sig` from now on (a stop in progress is never killed by another one); the last
+    signal off `loop` releases its wakeup socket."""
+    signal.signal(sig, signal.SIG_IGN)
+    found = _wakeups.get(loop)
+    if found is None:
+        return
+    r, w, sigs = found
+    sigs.discard(sig)
+    if sigs:
+        return
+    del _wakeups[loop]
+    with contextlib.suppress(ValueError, OSError):
+        old = signal.set_wakeup_fd(-1)
+        if old not in (-1, w.fileno()):  # someone else's since: put it back
+            signal.set_wakeup_fd(old)
+    with contextlib.suppress(Exception):
+        loop.remove_reader(r.fileno())
+    r.close()
+    w.close()

@@ -35,7 +35,7 @@ from podgpu.http.guard import (
 from podgpu.http.live import add_live_routes, page_response
 from podgpu.http.publish import Publisher
 from podgpu.http.sighup import install_sighup
-from podgpu.signals import on_signal
+from podgpu.signals import off_signal, on_signal
 from podgpu.sinks.prometheus import CONTENT_TYPE
 
 if TYPE_CHECKING:
@@ -172,8 +172,7 @@ async def serve_until_stopped(app: App, host: str | None, port: int, *,
             guard.close_all()
             if threading.current_thread() is threading.main_thread():
                 for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
-                    signal.signal(sig, signal.SIG_IGN)  # stopping already: a storm never kills
+                    off_signal(loop, sig)  # ignored from now on: a storm never kills the stop
     finally:
         await app.cleanup()
 

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from podgpu.http.app import App
-from podgpu.signals import on_signal
+from podgpu.signals import off_signal, on_signal
 
 log = logging.getLogger("podgpu.reload")
 
@@ -54,8 +54,7 @@ def install_sighup(app: App, *, blocking: Sequence[Callable[[], object]] = (),
 
     async def unregister(_app: App) -> None:
         if threading.current_thread() is threading.main_thread():
-            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # shutting down: never killed by it
+            off_signal(asyncio.get_running_loop(), signal.SIGHUP)  # ignored: never killed by it
         worker.shutdown(wait=False, cancel_futures=True)
 
     app.on_startup.append(register)
