@@ -39,6 +39,18 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+INTEGRATION_DIRS = ("integration", "deploy", "core")
+"""Every test under these folders of tests/ is marked `integration`: they start real processes or
+peers. The fast tier leaves them out: `pytest -m "not integration and not slow"`."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.relative_to(ROOT / "tests").parts
+        if parts and parts[0] in INTEGRATION_DIRS:
+            item.add_marker(pytest.mark.integration)
+
+
 def free_port() -> int:
     """A loopback port nobody listens on right now (for a child process that cannot be told to
     use port 0). The one copy in the tests; in-process servers bind port 0 instead."""

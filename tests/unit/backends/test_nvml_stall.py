@@ -22,6 +22,8 @@ from podgpu.fields.catalog import BY_NAME, CATALOG, Field
 from podgpu.model import Snapshot
 from tests.fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml
 
+pytestmark = pytest.mark.slow  # each test waits through real read deadlines
+
 INTERVAL = 0.2
 DEADLINE = 0.1
 WINDOW = 1.6

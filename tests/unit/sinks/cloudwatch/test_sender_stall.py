@@ -27,6 +27,8 @@ from tests.conftest import FakeClock
 from tests.hostile_peers import HostilePeers
 from tests.unit.sinks.cloudwatch.simnode import SimNode
 
+pytestmark = pytest.mark.slow  # each test waits through real send deadlines
+
 SEED = Path(__file__).resolve().parents[3] / "fixtures" / "seed" / "cwagent-config.json"
 
 

@@ -149,6 +149,7 @@ def test_bad_emf_flags(args: list[str], expect: str) -> None:
     assert expect in str(err.value)
 
 
+@pytest.mark.integration  # starts `podgpu serve` processes
 def test_stdout_needs_no_cluster_name_but_cloudwatch_does() -> None:
     import subprocess
     import sys

@@ -155,6 +155,7 @@ def test_foreign_files_are_never_read_sent_or_deleted(tmp_path: Path) -> None:
     assert {p.name: p.read_text() for p in tmp_path.iterdir() if p.name in foreign} == foreign
 
 
+@pytest.mark.slow  # writes and loads a spool of a million events
 def test_loaded_tiny_events_cost_at_most_about_twice_the_bound(tmp_path: Path) -> None:
     """64 MiB of tiny events cost +232 MiB (3.6x the bound) when only their text was charged."""
     import tracemalloc
