@@ -68,9 +68,17 @@ class _Handler(socketserver.BaseRequestHandler):
             url = urllib.parse.urlsplit(self.server.aliases[path])
             query = dict(urllib.parse.parse_qsl(url.query))
             path = url.path
-        self.server.hits[path] = self.server.hits.get(path, 0) + 1
-        with contextlib.suppress(OSError):
-            self._answer(sock, path, query, head)
+        srv = self.server
+        with srv._count:
+            srv.hits[path] = srv.hits.get(path, 0) + 1
+            srv.in_flight += 1
+            srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
+        try:
+            with contextlib.suppress(OSError):
+                self._answer(sock, path, query, head)
+        finally:
+            with srv._count:
+                srv.in_flight -= 1
 
     def _send(self, sock: socket.socket, status: str, body: bytes, headers: str = "",
               ctype: str = "text/plain; version=0.0.4") -> None:
@@ -101,6 +109,7 @@ class _Handler(socketserver.BaseRequestHandler):
             sock.sendall(b"HTTP/1.1 200 OK\r\n")
             while not srv.stopping.is_set():
                 sock.sendall(b"X")
+                srv.trickled += 1
                 time.sleep(1.0)
         elif path == "/redirect":
             to = query.get("to", "ftp://127.0.0.1/")
@@ -144,6 +153,12 @@ class HostilePeers(socketserver.ThreadingTCPServer):
         """path -> the path (and query) served for it, e.g. `/api/v1/pods` -> `/huge?mib=0`."""
         self.stopping = threading.Event()
         self.served = 0
+        self.trickled = 0
+        """Bytes sent by /trickle, over all its connections."""
+        self.in_flight = 0
+        self.max_in_flight = 0
+        """The most requests this server was answering at once."""
+        self._count = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
         self._thread.start()
 

@@ -24,7 +24,7 @@ import ssl
 import threading
 import urllib.parse
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 MAX_REASON = 120
@@ -51,16 +51,26 @@ def printable(text: object, limit: int = MAX_REASON) -> str:
     return out + ("…" if len(s) > limit else "")
 
 
+StartTimer = Callable[[float, Callable[[], None]], Callable[[], None]]
+"""Calls the function after that many seconds; returns what cancels the call."""
+
+
+def thread_timer(seconds: float, fire: Callable[[], None]) -> Callable[[], None]:
+    """The deadline's timer: a daemon `threading.Timer`."""
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer.cancel
+
+
 class _Watchdog:
     """Shuts a socket down when the deadline passes."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, start_timer: StartTimer) -> None:
         self.expired = False
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._cancel = start_timer(seconds, self._fire)
 
     def watch(self, sock: socket.socket | None) -> None:
         with self._lock:
@@ -80,13 +90,14 @@ class _Watchdog:
                 socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
 
     def cancel(self) -> None:
-        self._timer.cancel()
+        self._cancel()
 
 
 def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] | None = None,
-        context: ssl.SSLContext | None = None) -> Answer:
+        context: ssl.SSLContext | None = None, start_timer: StartTimer = thread_timer) -> Answer:
     """GET `url` (http or https; userinfo is ignored: pass an Authorization header) within
-    `timeout` seconds in all and `max_bytes` of body after decompression. GetError says why not."""
+    `timeout` seconds in all and `max_bytes` of body after decompression. GetError says why not.
+    `start_timer` runs the deadline (tests pass one they fire by hand)."""
     parts = urllib.parse.urlsplit(url)
     host, port = parts.hostname or "", parts.port
     if parts.scheme == "https":
@@ -96,7 +107,7 @@ def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] 
         conn = http.client.HTTPConnection(host, port, timeout=timeout)
     path = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
     hdrs = {"Host": parts.netloc.rpartition("@")[2], **(headers or {})}
-    dog = _Watchdog(timeout)
+    dog = _Watchdog(timeout, start_timer)
     error = ""
     try:
         conn.connect()

@@ -64,10 +64,8 @@ def test_top_once_against_hostile_nodes() -> None:
             "/good1", "/evil", "/deep", "/missing", "/wrongtype", "/infinity", "/errorpage",
             "/huge", "/bomb", "/trickle", "/redirect",
             "/good2")]
-        t0 = time.monotonic()
         proc = subprocess.run([*TOP, "--once", "--timeout", "3",
                                "--width", "400", *urls], capture_output=True, timeout=60)
-        took = time.monotonic() - t0
     finally:
         peers.close()
     out = proc.stdout
@@ -76,7 +74,10 @@ def test_top_once_against_hostile_nodes() -> None:
     assert not [b for b in out if b < 0x20 and b != 0x0A], "a control byte reached the terminal"
     text = out.decode("utf-8")
     assert not [c for c in text if c in BIDI_AND_C1 or c == "\x7f"]
-    assert took < 3 + 0.5 + 8  # the deadline, the poll's slack, interpreter start-up and render
+    # one deadline for the whole poll, not one per node: the nodes are asked at once (the slow
+    # ones, /trickle and /huge, were answering together with the others), and /trickle's line
+    # below names the deadline that ended it
+    assert peers.max_in_flight >= 2, peers.max_in_flight  # one at a time would be 1
     lines = text.splitlines()
 
     def line_of(word: str) -> str:
