@@ -89,9 +89,13 @@ class Sender:
         rng: random.Random | None = None,
         send_timeout: float = DEFAULT_SEND_TIMEOUT,
         interval: float = 60.0,
+        wait: Callable[[threading.Event, float], bool] = threading.Event.wait,
     ) -> None:
         self._dest = destination
         self._timeout = send_timeout
+        self._wait = wait
+        """How a send's deadline is waited for: True when `done` was set within the seconds (tests
+        pass one that decides by hand)."""
         self._stall_after = STALL_INTERVALS * interval + send_timeout
         self._stuck: threading.Thread | None = None
         self._abandoned: list[threading.Thread] = []
@@ -202,7 +206,7 @@ class Sender:
 
         worker = threading.Thread(target=send, name="podgpu-emf-send", daemon=True)
         worker.start()
-        if not done.wait(timeout):
+        if not self._wait(done, timeout):
             self._abandoned = [t for t in self._abandoned if t.is_alive()]
             abort = getattr(self._dest, "abort", None)
             if callable(abort) and len(self._abandoned) < MAX_ABANDONED:

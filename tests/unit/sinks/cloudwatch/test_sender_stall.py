@@ -23,7 +23,7 @@ from podgpu.sinks.cloudwatch.queue import EventQueue, Handoff
 from podgpu.sinks.cloudwatch.sender import STALL_INTERVALS, Sender
 from podgpu.sinks.cloudwatch.sink import EmfSink
 from podgpu.sinks.cloudwatch.window import ClosedWindow
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, wait_for
 from tests.hostile_peers import HostilePeers
 from tests.unit.sinks.cloudwatch.simnode import SimNode
 
@@ -89,13 +89,19 @@ def test_a_trickling_cloudwatch_endpoint_cannot_hold_a_send(monkeypatch: pytest.
                                 create_log_group=False)
         q = EventQueue(1 << 20)
         q.put(int(time.time() * 1000), emf(3))
-        sender = Sender(dest, q, send_timeout=1.5, interval=1.0)
-        t0 = time.monotonic()
+        waited: list[float] = []
+
+        def deadline_passes_mid_answer(done: threading.Event, seconds: float) -> bool:
+            """The deadline, passed by hand once the endpoint has trickled three bytes."""
+            waited.append(seconds)
+            wait_for(lambda: peers.trickled >= 3 or done.is_set(), what="three trickled bytes")
+            return done.is_set()
+
+        sender = Sender(dest, q, send_timeout=1.5, interval=1.0, wait=deadline_passes_mid_answer)
         wait = sender.pump()
-        took = time.monotonic() - t0
     finally:
         peers.close()
-    assert 1.4 < took < 5.0
+    assert waited == [1.5]  # one send, held by the trickle until its deadline passed
     assert wait is not None and wait > 0  # backing off, events kept
     st = sender.stats()
     assert st.failing == "cloudwatch: no complete answer within 1.5 s", st.failing
