@@ -168,7 +168,7 @@ def bench_bytes() -> dict[str, Any]:
         out[name] = {"events_per_minute": len(docs), "bytes_per_minute": per_min,
                      "bytes_per_hour": per_min * 60}
     # The agent's path scraping every second: one event per label set per scrape, one sample
-    # each, and every unmatched series still ingested as a plain log event (reference §2.4.7).
+    # each, and every unmatched series still ingested as a plain log event.
     enc = Encoder(load_emf_config(str(SEED)), keep_unmatched=True)
     clock = Clock(start)
     collector = node(clock)

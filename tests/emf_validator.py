@@ -6,7 +6,7 @@ Metric values may be a number, an array of at most 100 numbers, or the value-dis
 the CloudWatch agent's awsemf exporter writes (`Values`, `Counts`, `Max`, `Min`, `Count`, `Sum`).
 A JSON object without `_aws` is a plain log event: valid, and extracts nothing.
 
-Beyond the letter of §4, two checks catch encoder bugs the service would accept silently: a
+Beyond the letter of the specification, two checks catch encoder bugs the service would accept silently: a
 Timestamp below 10^12 (before September 2001 in ms, so almost surely seconds) is refused, and a
 distribution's Min..Max must hold every value (the brief's rule for the agent's value arrays).
 """

@@ -29,7 +29,7 @@ from podgpu.options import Option, go_flags, go_int, new_parser, resolve
 DEFAULT_ON = 20.0
 DEFAULT_OFF = 20.0
 DEFAULT_SIZE = 8192
-PRODUCTS_PER_SYNC = 10  # bounds the queue so "busy" ends on time (reference §8.3)
+PRODUCTS_PER_SYNC = 10  # bounds the queue so "busy" ends on time
 ENGINES = ("torch", "cupy")
 _EPSILON = 1e-3  # seconds; below this a phase is over (float clocks never land exactly)
 

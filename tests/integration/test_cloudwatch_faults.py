@@ -222,7 +222,7 @@ def test_an_answer_lost_after_cloudwatch_took_the_batch_duplicates_but_loses_not
         proxy: FaultProxy, moto_url: str) -> None:
     """The limit of "exactly once": the proxy forwards each request after 1 s, when podgpu has
     already timed out (0.4 s) and will send the batch again. PutLogEvents has no idempotency
-    token, so moto keeps both copies; EMF promises at-least-once delivery (reference §4). Every
+    token, so moto keeps both copies; EMF promises at-least-once delivery. Every
     duplicate must come from an attempt podgpu counted as retried, and nothing may be lost."""
     proxy.slow_seconds = 1.0
     logs = logs_client(moto_url)  # the stream exists, so every late copy is stored

@@ -3,7 +3,7 @@ loopback, scraped by the bridge as a real process, sent to a real CloudWatch Log
 in server mode), read back and extracted with the spec-written validator (tests/emf_validator.py).
 
 The expected extraction is computed here from the seed text and the seed's declaration with the
-agent's rules as the reference states them (§2.4, §3.1), with a small parser of its own, not
+agent's rules as its documentation states them, with a small parser of its own, not
 podgpu's: a declaration that matches, the selected names, the one dimension set, the values as
 exposed. `Namespace` is the exporter pod's (a target label, as the agent's service-endpoints job
 sets it); `pod` stays the workload's (no target label of that job clashes with it).

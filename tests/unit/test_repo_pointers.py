@@ -21,6 +21,7 @@ POINTER = re.compile("|".join([
     "STY" + r"LE( rule|\.md)",
     "refer" + r"ence/[a-z-]+\.md",
     r"\b[Ii]ss" + r"ues? #?[0-9]+\b",
+    r"\b[Rr]efer" + r"ence ([a-z-]+\.md )?§",  # a section of an outside reference file
 ]))
 # Public links are fine: any URL, and GitHub's owner/repo#N shorthand.
 ALLOWED = re.compile(r"https?://\S+|\b[\w.-]+/[\w.-]+#[0-9]+\b")
@@ -52,6 +53,7 @@ def test_the_pattern_finds_each_kind_and_spares_public_links() -> None:
     assert pointers_in("STY" + "LE rule 4") == ["STY" + "LE rule"]
     assert pointers_in("refer" + "ence/nvml.md §1") == ["refer" + "ence/nvml.md"]
     assert pointers_in("../" + "shared/seed") == ["../" + "shared"]
+    assert pointers_in("(refer" + "ence §5.3)") == ["refer" + "ence §"]
     assert pointers_in("NVIDIA/dcgm-exporter#594 and https://github.com/o/r/issues/12") == []
     assert pointers_in("an issue with 3 GPUs; tissue 4") == []
 

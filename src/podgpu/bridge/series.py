@@ -15,7 +15,7 @@ the same as `podgpu serve`'s:
 `identity="workload"` gives podgpu's older labels instead (`NodeName`, `Namespace` from the
 series' `namespace`).
 
-Types follow the agent (§3): gauges as they are; counters, and the `_sum`/`_count` of summaries,
+Types follow the agent: gauges as they are; counters, and the `_sum`/`_count` of summaries,
 as deltas (the window turns them into deltas: first sample seeds, a fall is a reset); summary
 quantiles as gauges. Histograms, which the agent drops, are kept: `_sum`, `_count` and every
 `_bucket` (with its `le`) as deltas, so a declaration can extract the interval's observation count

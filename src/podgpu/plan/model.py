@@ -11,7 +11,7 @@
 - `podgpu-60s`: `podgpu serve` per node, one event per label set per minute, one value each.
 - `podgpu-1s`: the default: a minute's 1 s samples in value distributions.
 
-Custom metrics are counted as CloudWatch bills them (§5.3): every distinct namespace + metric name
+Custom metrics are counted as CloudWatch bills them: every distinct namespace + metric name
 + dimension values. Which dimension values are per node is found by building two nodes; which are
 per pod, by renaming node 0's pods. Everything is from podgpu's own label builders and encoder.
 """
@@ -49,7 +49,7 @@ PRICES_AS_OF = "2026-12"
 PRICES_REGION = "us-east-1"
 DEFAULT_METRIC_TIERS: tuple[tuple[float, float], ...] = (
     (10_000, 0.30), (240_000, 0.10), (750_000, 0.05), (math.inf, 0.02))
-"""Reference cloudwatch.md §5.3: metrics in each tier and $ per metric-month."""
+"""CloudWatch's custom-metric price tiers: metrics in each tier and $ per metric-month."""
 DEFAULT_INGEST_PER_GB = 0.50
 CHURN_BILLED_HOURS = 1.0
 """Metric-hours one replaced pod adds per metric. CloudWatch prorates custom metrics by the hour

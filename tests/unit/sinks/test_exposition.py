@@ -83,7 +83,7 @@ def test_every_default_field_per_gpu_parses_with_prometheus_client() -> None:
     fams = families(render_default(simulated_snapshot(4)))
     util = fams["DCGM_FI_DEV_GPU_UTIL"]
     assert sorted(s.labels["gpu"] for s in util) == ["0", "1", "2", "3"]
-    # prometheus_client renames counter samples to *_total (reference prometheus-grafana.md §2.1)
+    # prometheus_client renames counter samples to *_total
     energy = fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]
     assert {s.name for s in energy} == {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total"}
     assert fams["podgpu_build_info"][0].labels["backend"] == "simulated"

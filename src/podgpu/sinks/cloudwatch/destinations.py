@@ -202,7 +202,7 @@ class CloudWatchDestination:
                 "logEvents": [{"timestamp": ts, "message": m} for ts, m in batch]}
         for attempt in (1, 2):
             try:
-                # CloudWatch no longer needs this header for EMF; the agent still sends it (§3.2).
+                # CloudWatch no longer needs this header for EMF; the agent still sends it.
                 resp = self._api.call("PutLogEvents", body, {"x-amzn-logs-format": "json/emf"})
                 return _rejected(resp.get("rejectedLogEventsInfo"), len(batch))
             except Exception as exc:

@@ -4,7 +4,7 @@ The document follows the public EMF specification (the CloudWatch documentation)
 in milliseconds, `_aws.CloudWatchMetrics` directives with Namespace, Dimensions and Metrics, every
 dimension and metric a root member. A metric with several samples is written as a value
 distribution `{"Values": [...], "Counts": [...], "Max", "Min", "Count", "Sum"}` — the form the
-CloudWatch agent's awsemf exporter writes for its high-frequency GPU metrics (§6.2, §7.1) — with
+CloudWatch agent's awsemf exporter writes for its high-frequency GPU metrics — with
 at most 100 distinct values. An event never holds more than 100 metrics: a larger label set is
 split into several events (the agent does not split, and CloudWatch then rejects the extraction).
 

@@ -101,7 +101,7 @@ def render(snapshot: Snapshot, metrics: MetricList, opts: RenderOptions) -> byte
                 lines.extend(f"{name}{{{v[3]}}} {text}\n" for v in series)
             for lv in sample.labeled:
                 if lv.field == key:
-                    # exporter labels sort with the other labels, before pod attributes (§4.3)
+                    # exporter labels sort with the other labels, before pod attributes, as dcgm-exporter
                     text = format_value(lv.value, vtype)
                     if text is None:
                         continue
