@@ -13,6 +13,8 @@
 - Peer-supplied text in errors (reason phrase, Location) is escaped and capped.
 
 stdlib only (http.client), so `serve` and the bridge need no HTTP library for this.
+
+Decision record: docs/decisions/0015-bounded-outbound-clients.md.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 `Collector.cycle()` is called by `CollectLoop` on its own thread at the collect interval; the loop
 hands every snapshot to `publish` (which renders the exposition once and swaps it in). Nothing on
 the scrape path calls the backend or the kubelet.
+
+Decision record: docs/decisions/0002-collect-loop-prerendered-scrape.md.
 """
 
 from __future__ import annotations

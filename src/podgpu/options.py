@@ -12,6 +12,8 @@ because dcgm-exporter starts with it (exit 2 would crash-loop a migrated DaemonS
 Adding a flag is one `Option(...)` entry in a command's table (docs/design.md, "Adding a flag").
 This module and the tables are the only readers of the environment; commands receive frozen
 settings built from `Resolved`.
+
+Decision record: docs/decisions/0007-dcgm-exporter-flags.md.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ Go refuses `\\C` (C++ RE2 reads it as "any byte"), and Go has no memory budget o
 
 Patterns are matched unanchored, as Go's `MatchString` does (the agent's `label_matcher` and
 `metric_selectors`, dcgm-exporter's allowlist).
+
+Decision record: docs/decisions/0013-go-re2-for-user-regexes.md.
 """
 
 from __future__ import annotations

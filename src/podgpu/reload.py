@@ -9,6 +9,8 @@ the list in use stays. The new list takes
 effect between two collection cycles, on the collect thread, so one cycle never reads with one list
 and renders with another. The CloudWatch EMF sink keeps the list it started with (its
 declarations select metrics by name; docs/cloudwatch.md).
+
+Decision record: docs/decisions/0020-sighup-from-the-first-line.md.
 """
 
 from __future__ import annotations

@@ -69,3 +69,18 @@ def test_no_pointer_outside_the_repository() -> None:
             for hit in pointers_in(line):
                 found.append(f"{path.relative_to(ROOT)}:{lineno}: {hit!r}")
     assert not found, "pointers a clone cannot follow (write the fact instead):\n" + "\n".join(found)
+
+
+def test_every_decision_record_named_in_the_repository_exists_and_is_indexed() -> None:
+    records = ROOT / "docs" / "decisions"
+    index = (records / "README.md").read_text(encoding="utf-8")
+    named: set[str] = set()
+    for path in _files():
+        if path.suffix in (".py", ".md", ".toml", ".sh", ".yaml", ".yml"):
+            named.update(re.findall(r"decisions/([0-9]{4}-[a-z0-9-]+\.md)",
+                                    path.read_text(encoding="utf-8", errors="replace")))
+    assert named, "no code or document links a decision record"
+    missing = sorted(n for n in named if not (records / n).is_file())
+    assert not missing, missing
+    unindexed = sorted(p.name for p in records.glob("[0-9]*.md") if f"({p.name})" not in index)
+    assert not unindexed, unindexed

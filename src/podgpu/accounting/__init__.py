@@ -4,6 +4,8 @@
 pair and the previous totals into new totals (pure), `render` prints them as Prometheus counter
 families and EMF series, and `source.Accountant` keeps the current state for `podgpu serve`.
 See docs/accounting.md for the definitions.
+
+Decision record: docs/decisions/0017-accounting-on-the-node.md.
 """
 
 from podgpu.accounting.integrate import Entry, Options, State, advance

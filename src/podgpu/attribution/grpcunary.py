@@ -14,6 +14,8 @@ application/grpc` and `te: trailers`, each message as a 1-byte compressed flag, 
 big-endian length and the bytes, and the status in the `grpc-status`/`grpc-message` trailers.
 A fresh connection per call: on a unix socket it costs microseconds and leaves no HTTP/2 state
 (closed-stream records) behind between polls.
+
+Decision record: docs/decisions/0011-kubelet-client-h2.md.
 """
 
 from __future__ import annotations

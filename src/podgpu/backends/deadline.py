@@ -7,6 +7,8 @@ answering (and skipped while its call is still stuck) instead of stalling the ot
 
 Workers are daemon threads, not a ThreadPoolExecutor: the executor joins its threads at exit, so
 one stuck NVML call would keep podgpu from ever exiting on SIGTERM.
+
+Decision record: docs/decisions/0009-per-gpu-workers.md.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ and the unit tests run without it; tests hand in a fake module instead.
 
 NVML return codes are part of NVML's ABI (nvml.h; NVML's API reference), so they are written
 out here rather than looked up: a fake module only has to raise exceptions with `.value`.
+
+Decision record: docs/decisions/0001-nvml-not-dcgm.md.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ instead of crash-looping (dcgm-exporter answers 200 there too). The metrics say 
 
 `/health/gpus` is the strict variant: 503 as soon as any GPU is lost or the backend failed. Use it
 for alerting or a node-problem probe, never for liveness.
+
+Decision record: docs/decisions/0006-health-freshness.md.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ As the CloudWatch agent does:
   PutLogEvents' 26 bytes of overhead): a bigger one is split in two by its metrics, again until
   each fits - never cut, so every event is whole JSON. An event that cannot fit (one metric with
   labels over the cap) is dropped, counted in `too_large` and logged.
+
+Decision record: docs/decisions/0014-emf-own-encoder.md.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ objects. This module keeps what must not be hand-written and drops the rest:
 
 Errors carry a botocore-shaped `response` (`Error.Code`, `ResponseMetadata.HTTPStatusCode`) so
 destinations.py translates them at one boundary, whichever way the call was made.
+
+Decision record: docs/decisions/0012-cloudwatch-logs-botocore.md.
 """
 
 from __future__ import annotations

@@ -22,6 +22,8 @@ The directory is usually a hostPath shared with earlier runs, so what is in it i
   and a write that fails removes its own;
 - loaded events are charged their **memory** against the bound (the text plus the cost of
   holding one event), so a spool of tiny events cannot take several times the bound.
+
+Decision record: docs/decisions/0021-emf-spool-bounded.md.
 """
 
 from __future__ import annotations

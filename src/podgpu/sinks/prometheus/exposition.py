@@ -3,6 +3,8 @@
 dcgm-exporter-compatible families first (in metric-list order, HELP/TYPE from the list, values
 formatted `%d`/`%f`), then podgpu's per-pod families, then podgpu's self-metrics. A family with no
 sample this cycle is left out entirely; a value a device could not supply is never printed.
+
+Decision record: docs/decisions/0003-own-exposition-renderer.md.
 """
 
 from __future__ import annotations
