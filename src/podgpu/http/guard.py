@@ -2,8 +2,8 @@
 oldest connection that never completed a request, and the bounds each connection lives within.
 
 Why: a listener that trusts its peers keeps a connection that stopped partway through its head
-for as long as it likes; tried against podgpu before these limits, 1,000 such connections stayed
-open, and at the file-descriptor limit every scrape failed.
+for as long as it likes, and at the file-descriptor limit every scrape fails (bench/RESULTS.md,
+"Hostile clients, faults and the soak").
 
 `ConnectionGuard` is a state machine over the connections http.conn reports to it; it touches a
 connection only through the `Guarded` protocol below and schedules its timers through one

@@ -10,8 +10,8 @@ message, and YAML syntax errors are reported without the source excerpt PyYAML w
 Where podgpu is stricter than the toolkit (both `cert` and `cert_file`, `RequireAnyClientCert`,
 SANs without verification, `burst: 0`) it says why in the message; docs/web-config.md lists them.
 
-Bounded before PyYAML sees the text (a control character or 5,000-deep nesting
-was a traceback at start and a 2,990-line traceback per edit): regular files only, at most
+Bounded before PyYAML sees the text (PyYAML turns a control character or 5,000-deep nesting into
+a traceback): regular files only, at most
 MAX_FILE_BYTES of UTF-8, no control characters outside tab and line breaks, and nesting no deeper
 than MAX_DEPTH (counted on PyYAML's event stream, which is not recursive; its composer is).
 
