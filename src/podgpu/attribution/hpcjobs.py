@@ -11,8 +11,9 @@ podgpu reads the directory once per collect cycle (never per scrape), bounded: r
 (through the bounded file reader), at most `MAX_FILES` files of `MAX_FILE_BYTES` each, and at most
 `MAX_JOBS_PER_GPU` jobs per file: every job multiplies all of that GPU's series, so the bytes read
 alone would not bound the output (8 files of 64 KiB of job ids are 1.64 M series). A cut is
-logged once per file and shown in `/health`'s `hpc_job_mapping` entry. Blank lines are skipped (dcgm-exporter would emit
-`hpc_job=""`, which Prometheus reads as no label, i.e. a duplicate of the unlabelled series).
+logged once per file and shown in `/health`'s `hpc_job_mapping` entry. Blank lines are skipped
+(dcgm-exporter would emit `hpc_job=""`, which Prometheus reads as no label, i.e. a duplicate of
+the unlabelled series).
 """
 
 from __future__ import annotations
