@@ -179,6 +179,7 @@ def test_per_pod_usage_sums_processes_per_container() -> None:
     assert ("1", "infer-a") in mem and len(mem) == 3  # the host process has no series
 
 
+@pytest.mark.integration  # runs Debian's promtool
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_promtool_parses_golden_and_podgpu_names_pass_lint(name: str) -> None:
     promtool = shutil.which("promtool")
