@@ -12,9 +12,11 @@ Here a Python-level handler (`signal.signal`: a per-signal flag in the interpret
 and coalesced by nature) schedules the callback with `call_soon_threadsafe`, as the asyncio
 documentation asks of signal handlers; the wakeup fd is a socket of our own, set without the
 warning and drained by the loop, only so that a signal delivered to another thread still wakes
-the loop. `off_signal` switches the signal to ignored in one step (no window with the default
-action). Callbacks must be idempotent: a storm may run one several times (set an event, ask for
-a reload that joins a pending one).
+the loop. `off_signal` switches the signal to a Python-level no-op in one step: no window with
+the default action, and (unlike SIG_IGN, which makes the interpreter report a signal still pending
+as "ignored due to race condition" with a traceback) nothing printed. Callbacks must be
+idempotent: a storm may run one several times (set an event, ask for a reload that joins a
+pending one).
 """
 
 from __future__ import annotations
@@ -54,10 +56,14 @@ def on_signal(loop: asyncio.AbstractEventLoop, sig: int, callback: Callable[[], 
     signal.signal(sig, handler)
 
 
+def _ignore(_sig: int, _frame: FrameType | None) -> None:
+    """Signals after a stop began: nothing to do."""
+
+
 def off_signal(loop: asyncio.AbstractEventLoop, sig: int) -> None:
     """Ignore `sig` from now on (a stop in progress is never killed by another one); the last
     signal off `loop` releases its wakeup socket."""
-    signal.signal(sig, signal.SIG_IGN)
+    signal.signal(sig, _ignore)
     found = _wakeups.get(loop)
     if found is None:
         return
