@@ -45,8 +45,9 @@ peers. The fast tier leaves them out: `pytest -m "not integration and not slow"`
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = ROOT / "tests"
     for item in items:
-        parts = item.path.relative_to(ROOT / "tests").parts
+        parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
         if parts and parts[0] in INTEGRATION_DIRS:
             item.add_marker(pytest.mark.integration)
 
