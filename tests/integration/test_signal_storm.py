@@ -29,8 +29,10 @@ def test_a_sighup_storm_then_a_sigterm_storm_end_cleanly() -> None:
         except ProcessLookupError:  # it stopped part-way through the storm
             break
     _, err = serve.proc.communicate(timeout=60)
-    assert serve.proc.returncode == 0, err
+    # 0, or the default action of a SIGTERM that arrived once the stop was done and the
+    # interpreter was exiting (it restores the default action of Python-level handlers then)
+    assert serve.proc.returncode in (0, -signal.SIGTERM), err
     assert "Traceback" not in err and "wakeup fd" not in err, err[:3000]
     reloads = err.count("SIGHUP received")
     assert 1 <= reloads <= STORM
-    assert err.count("stopping") == 1
+    assert err.count("stopping") == 1  # one graceful stop, however many SIGTERMs
