@@ -28,18 +28,17 @@ Decision record: docs/decisions/0021-emf-spool-bounded.md.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
-import stat
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
 from podgpu.errors import ConfigError
+from podgpu.files import FileReadError, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -96,19 +95,14 @@ def prepare(path: str) -> None:
 
 def _open_regular(path: str) -> IO[bytes] | None:
     """The file for reading if it is a regular file (never following a symlink, never blocking
-    on a FIFO); None otherwise."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
+    on a FIFO), through the one bounded file reader's open; None when it is not one. OSError
+    when it cannot be opened."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-        raise
+        return open_regular(path, follow_symlinks=False)
+    except FileReadError as exc:
+        if exc.errno is not None:
+            raise OSError(exc.errno, str(exc).removeprefix("cannot read: ")) from None
+        return None
 
 
 def _lines(fh: IO[bytes]) -> Iterator[bytes | None]:
