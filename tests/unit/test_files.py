@@ -126,3 +126,23 @@ def test_a_reload_onto_a_special_file_keeps_the_list_with_one_line(
     assert [r.levelname for r in caplog.records] == ["ERROR"]
     assert "\n" not in caplog.records[0].getMessage() and not caplog.records[0].exc_info
     assert switch.current.metrics and "still exporting" in str(switch.health()["status"])
+
+
+def test_open_regular_streams_regular_files_only(tmp_path: Path) -> None:
+    """The spool's streaming open: a FIFO is refused without blocking, a symlink is not
+    followed when asked (ELOOP), a regular file is returned open and blocking."""
+    import errno
+
+    from podgpu.files import open_regular
+
+    f = tmp_path / "seg"
+    f.write_bytes(b"a\nb\n")
+    with open_regular(f, follow_symlinks=False) as fh:
+        assert fh.readline() == b"a\n"
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(FileReadError, match=r"^a FIFO, not a regular file$"):
+        open_regular(tmp_path / "fifo")
+    (tmp_path / "link").symlink_to(f)
+    with pytest.raises(FileReadError) as info:
+        open_regular(tmp_path / "link", follow_symlinks=False)
+    assert info.value.errno == errno.ELOOP
