@@ -248,6 +248,10 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
                               strict=strict)
         for name, status_of in sinks.items():  # reported, never a 503
             body[name] = status_of()
+        if hpc is not None and hpc.cut:  # series were cut: a warning, never a 503
+            body["warnings"].append(f"hpc_job_mapping: {body['hpc_job_mapping']['status']}")
+            if body["status"] == "ok":
+                body["status"] = "degraded"
         return status, body
 
     # readiness: /health, or 503 while the NVIDIA driver is awaited (http/ready.py)

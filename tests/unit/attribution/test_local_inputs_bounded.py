@@ -85,5 +85,7 @@ def test_serve_caps_hpc_jobs_per_gpu_in_metrics_and_health(agent: Any, tmp_path:
     util = [ln for ln in metrics.decode().splitlines() if ln.startswith("DCGM_FI_DEV_GPU_UTIL{")]
     assert len(util) == MAX_JOBS_PER_GPU
     _, _, health = p.get("/health")
-    entry = json.loads(health)["hpc_job_mapping"]
-    assert entry["status"] == f"jobs cut at {MAX_JOBS_PER_GPU} per GPU: 0 (500 jobs)"
+    doc = json.loads(health)
+    cut = f"jobs cut at {MAX_JOBS_PER_GPU} per GPU: 0 (500 jobs)"
+    assert doc["hpc_job_mapping"]["status"] == cut
+    assert f"hpc_job_mapping: {cut}" in doc["warnings"] and doc["status"] == "degraded"
