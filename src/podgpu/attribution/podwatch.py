@@ -294,26 +294,26 @@ class PodWatcher:
     def _watch(self, conn: Connection, rv: str) -> str:
         query = {**self._selector(), "watch": "true", "resourceVersion": rv,
                  "allowWatchBookmarks": "true", "timeoutSeconds": str(self._watch_timeout)}
-        try:
-            resp = conn.open(PODS_PATH, query,
-                             timeout=self._watch_timeout + self._read_margin)
-        except KubeApiError as exc:
-            if exc.status == 410:
-                raise _Gone() from None
-            raise
-        try:
-            # the whole watch ends by its server-side timeout plus the margin, however slowly
-            # the server sends
-            with conn.deadline(self._watch_timeout + self._read_margin):
+        # the whole watch (its answer's head included) ends by its server-side timeout plus
+        # the margin, however slowly the server sends
+        with conn.deadline(self._watch_timeout + self._read_margin):
+            try:
+                resp = conn.open(PODS_PATH, query,
+                                 timeout=self._watch_timeout + self._read_margin)
+            except KubeApiError as exc:
+                if exc.status == 410:
+                    raise _Gone() from None
+                raise
+            try:
                 for line in lines(resp):
                     if self._stop.is_set():
                         break
                     rv = self.resource_version = self._apply(json.loads(line), rv)
-        finally:
-            # A new connection per watch (one every few minutes): a stream left mid-way cannot
-            # be reused, and API servers often close a connection after a watch ends anyway.
-            resp.close()
-            conn.close()
+            finally:
+                # a new connection per watch: a stream left mid-way cannot be reused (and API
+                # servers often close a connection after a watch anyway)
+                resp.close()
+                conn.close()
         return rv
 
     def _apply(self, event: Mapping[str, Any], rv: str) -> str:
