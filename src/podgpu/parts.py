@@ -36,7 +36,7 @@ def load_metrics(collect: CollectSettings, kube_configuration: Any = None) -> Me
     )
 
     if collect.configmap is not None:
-        from podgpu.attribution.podwatch import read_configmap
+        from podgpu.attribution.configmap import read_configmap
 
         ns, name = collect.configmap
         text = read_configmap(ns, name, configuration=kube_configuration)

@@ -270,6 +270,15 @@ def lines(resp: http.client.HTTPResponse, max_bytes: int = MAX_LINE_BYTES) -> It
             yield line
 
 
+def describe(exc: BaseException) -> str:
+    """A short reason for a failed call, for the log and /health."""
+    if isinstance(exc, KubeApiError):
+        return f"HTTP {exc.status}: {exc.message or exc.reason}"[:300]
+    if isinstance(exc, http.client.HTTPException) and not str(exc):
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
 def _error(resp: http.client.HTTPResponse) -> KubeApiError:
     """A non-200 answer -> KubeApiError with the `Status` message when there is one."""
     message = ""

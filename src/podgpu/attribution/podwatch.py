@@ -20,7 +20,6 @@ token) the watcher logs one line saying why and stays empty: processes then carr
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
@@ -29,13 +28,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 from podgpu.attribution.kubeapi import (
     Connection,
     KubeApiError,
     KubeConfig,
     NotInCluster,
+    describe,
     in_cluster,
     lines,
 )
@@ -60,8 +59,6 @@ is at most a page, not the whole list."""
 MAX_LIST_PAGE_BYTES = 16 * 1024 * 1024
 """Of one list page read (100 pods of 160 KiB each; a pod's JSON is typically 5-20 KiB):
 past it the page is refused, counted as a failed list and retried with backoff."""
-MAX_CONFIGMAP_BYTES = 2 * 1024 * 1024
-"""Of the `-m` ConfigMap answer read (Kubernetes caps a ConfigMap's data at 1 MiB)."""
 _RUNTIME_SCHEMES = ("containerd://", "cri-o://", "docker://", "cri-dockerd://")
 
 
@@ -342,59 +339,4 @@ def _describe(exc: BaseException) -> str:
             return "403 Forbidden: the service account needs get/list/watch on pods"
         if exc.status == 401:
             return "401 Unauthorized: the service-account token was refused"
-        return f"HTTP {exc.status}: {exc.message or exc.reason}"[:300]
-    if isinstance(exc, http.client.HTTPException) and not str(exc):
-        return type(exc).__name__
-    return f"{type(exc).__name__}: {exc}"[:300]
-
-
-def read_configmap(namespace: str, name: str, key: str = "metrics", *,
-                   configuration: KubeConfig | None = None,
-                   environ: Mapping[str, str] | None = None) -> str:
-    """The text under `key` of ConfigMap NAMESPACE/NAME (dcgm-exporter's `-m`).
-
-    Here because this module is podgpu's one Kubernetes API client. RBAC: `get` on
-    that ConfigMap (a Role in its namespace is enough). A missing ConfigMap, key or content is the
-    user's input: ConfigError (exit 2). No API access at all is AttributionError (exit 1), as
-    dcgm-exporter also stops rather than fall back to a file once `-m` is set. A broken
-    connection is tried once more, as the official client's one retry did.
-    """
-    from podgpu.errors import AttributionError, ConfigError
-
-    where = f"--configmap-data {namespace}:{name}"
-    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/configmaps/{quote(name, safe='')}"
-    try:
-        cfg = configuration
-        if cfg is None:
-            cfg = in_cluster(os.environ if environ is None else environ)
-        conn = Connection(cfg)
-    except (NotInCluster, OSError, ValueError) as exc:
-        raise AttributionError(f"{where}: no Kubernetes API access: {exc}") from None
-    try:
-        for attempt in (1, 2):
-            try:
-                body = conn.get_json(path, timeout=30.0, max_bytes=MAX_CONFIGMAP_BYTES)
-                break
-            except (OSError, http.client.HTTPException):
-                if attempt == 2:
-                    raise
-    except KubeApiError as exc:
-        if exc.status == 404:
-            raise ConfigError(f"{where}: ConfigMap {name!r} not found in namespace "
-                              f"{namespace!r}") from None
-        if exc.status == 403:
-            raise AttributionError(f"{where}: 403 Forbidden: the service account needs get on "
-                                   f"configmaps in {namespace!r}") from None
-        raise AttributionError(f"{where}: cannot read it: {_describe(exc)}") from None
-    except Exception as exc:
-        raise AttributionError(f"{where}: cannot read it: {_describe(exc)}") from None
-    finally:
-        conn.close()
-    data = body.get("data") or {}
-    if key not in data:
-        keys = ", ".join(sorted(data)) or "none"
-        raise ConfigError(f"{where}: the ConfigMap has no {key!r} key (keys: {keys})")
-    text = str(data[key])
-    if not text.strip():
-        raise ConfigError(f"{where}: the {key!r} key is empty")
-    return text
+    return describe(exc)

@@ -1,0 +1,73 @@
+"""dcgm-exporter's `-m NAMESPACE:NAME`: the metric list read from a ConfigMap through the
+Kubernetes API (kubeapi.py), the answer capped at MAX_CONFIGMAP_BYTES and under one deadline."""
+
+from __future__ import annotations
+
+import http.client
+import os
+from collections.abc import Mapping
+from urllib.parse import quote
+
+from podgpu.attribution.kubeapi import (
+    Connection,
+    KubeApiError,
+    KubeConfig,
+    NotInCluster,
+    describe,
+    in_cluster,
+)
+
+MAX_CONFIGMAP_BYTES = 2 * 1024 * 1024
+"""Of the `-m` ConfigMap answer read (Kubernetes caps a ConfigMap's data at 1 MiB)."""
+
+
+def read_configmap(namespace: str, name: str, key: str = "metrics", *,
+                   configuration: KubeConfig | None = None,
+                   environ: Mapping[str, str] | None = None) -> str:
+    """The text under `key` of ConfigMap NAMESPACE/NAME (dcgm-exporter's `-m`).
+
+    RBAC: `get` on that ConfigMap (a Role in its namespace is enough). A missing ConfigMap, key
+    or content is the user's input: ConfigError (exit 2). No API access at all is
+    AttributionError (exit 1), as dcgm-exporter also stops rather than fall back to a file once
+    `-m` is set. A broken connection is tried once more, as the official client's one retry
+    did.
+    """
+    from podgpu.errors import AttributionError, ConfigError
+
+    where = f"--configmap-data {namespace}:{name}"
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/configmaps/{quote(name, safe='')}"
+    try:
+        cfg = configuration
+        if cfg is None:
+            cfg = in_cluster(os.environ if environ is None else environ)
+        conn = Connection(cfg)
+    except (NotInCluster, OSError, ValueError) as exc:
+        raise AttributionError(f"{where}: no Kubernetes API access: {exc}") from None
+    try:
+        for attempt in (1, 2):
+            try:
+                body = conn.get_json(path, timeout=30.0, max_bytes=MAX_CONFIGMAP_BYTES)
+                break
+            except (OSError, http.client.HTTPException):
+                if attempt == 2:
+                    raise
+    except KubeApiError as exc:
+        if exc.status == 404:
+            raise ConfigError(f"{where}: ConfigMap {name!r} not found in namespace "
+                              f"{namespace!r}") from None
+        if exc.status == 403:
+            raise AttributionError(f"{where}: 403 Forbidden: the service account needs get on "
+                                   f"configmaps in {namespace!r}") from None
+        raise AttributionError(f"{where}: cannot read it: {describe(exc)}") from None
+    except Exception as exc:
+        raise AttributionError(f"{where}: cannot read it: {describe(exc)}") from None
+    finally:
+        conn.close()
+    data = body.get("data") or {}
+    if key not in data:
+        keys = ", ".join(sorted(data)) or "none"
+        raise ConfigError(f"{where}: the ConfigMap has no {key!r} key (keys: {keys})")
+    text = str(data[key])
+    if not text.strip():
+        raise ConfigError(f"{where}: the {key!r} key is empty")
+    return text
