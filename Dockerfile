@@ -5,10 +5,11 @@
 # requirements.lock is resolved for by scripts/lock). BASE is the runtime base, BUILD_BASE the
 # build stage's; both must hold the same interpreter at the same path (the virtual environment
 # copied between them points at it):
-# - with a registry: the official python:3.13-slim-trixie, pinned by its multi-platform index
-#   digest (the defaults below);
-# - without one (CI, air-gapped builders): scripts/image makes both bases from Debian trixie
-#   packages with mmdebstrap and passes them as --build-arg BASE=... BUILD_BASE=...
+# - CI and the release: scripts/image makes both bases from Debian trixie packages with
+#   mmdebstrap and passes them as --build-arg BASE=... BUILD_BASE=...; the release workflow
+#   pushes those bases and builds the published image on them, so it ships the base CI tests;
+# - a plain `docker build .`: the official python:3.13-slim-trixie, pinned by its
+#   multi-platform index digest (the defaults below).
 #
 # The build resolves nothing: every runtime dependency is pinned with hashes in requirements.lock
 # and the build backend (setuptools) in deploy/image/build-backend.lock; both are installed with

@@ -5,7 +5,7 @@ process every `--sample-every` s for `--duration` s.
 
 As in the cluster: the image's interpreter and its compiled bytecode, `--read-only`, every
 capability dropped, no-new-privileges, UID 0 (the DaemonSet's runAsUser), the rendered args and
-env ($(CLUSTER_NAME) expanded from the overlay's ConfigMap), the cloudwatch ConfigMap, a tmpfs
+env ($(CLUSTER_NAME) expanded from the overlay's ConfigMap, filled in as a user does), the cloudwatch ConfigMap, a tmpfs
 /tmp, the kubelet's pod-resources directory (a real gRPC kubelet stand-in on a unix socket), the
 /proc fixture as the host's /proc, the service-account token and CA at the in-cluster path (the
 pod API stand-in over TLS), EMF PutLogEvents to a CloudWatch Logs stand-in (botocore-signed with
@@ -38,7 +38,7 @@ from prod_memory import Scraper, free_port, proc_sample, summarise  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
 from tests.deploy.contract import prepare  # noqa: E402
 from tests.deploy.podman import IMAGE, image_present, main_pid, podman  # noqa: E402
-from tests.deploy.render import container, render  # noqa: E402
+from tests.deploy.render import configured, container  # noqa: E402
 from tests.deploy.standins import DUMMY_AWS, KubeApi, LogsStandIn  # noqa: E402
 from tests.integration.kube_api_fake import pod  # noqa: E402
 from tests.integration.kubelet_fake import FakeContainer, FakeKubelet, FakePod, gpu_pod  # noqa: E402
@@ -69,7 +69,7 @@ def main() -> int:
     from podgpu.sim.backend import MODELS, SimulatedBackend
 
     uuids = [d.uuid for d in SimulatedBackend(8, MODELS["H100"]).devices()]
-    objs = render("overlays/cloudwatch")
+    objs = list(configured("overlays/cloudwatch"))  # its CLUSTER_NAME set, as a user sets it
     c = container(objs)
     work = Path(tempfile.mkdtemp(prefix="pgimgmem"))
     (work / "pr").mkdir()

@@ -257,7 +257,7 @@ def test_the_seeds_setup_is_one_overlay() -> None:
     assert sum(o["kind"] == "DaemonSet" for o in objs) == 1
 
 
-def test_prometheus_and_migration_listed_twice_fail_to_render() -> None:
+def test_a_component_listed_twice_fails_to_render() -> None:
     """A component listed twice is refused by kustomize, not rendered as two exporters."""
     out = build(("namespace", "prometheus", "prometheus"))
     assert out.returncode != 0
@@ -341,6 +341,7 @@ def test_cloudwatch_component_sends_namespace_gpu_operator(tmp_path: Path) -> No
     objs = list(compose(("namespace", "cloudwatch", "cloudwatch-pod-identity"),
                         config_maps=(ENV,)))
     cmd, env = launch_rendered(objs, tmp_path)
+    assert env["POD_NAMESPACE"] == "podgpu"  # where it runs: not what the agent path sent
     proc = subprocess.Popen([*cmd, "--simulate", "2",
                              "--emf-destination", "stdout", "--emf-interval", "1",
                              "--address", "127.0.0.1:0"], env=env, stdout=subprocess.PIPE,

@@ -306,6 +306,8 @@ def test_dcgm_exporter_migration_looks_like_the_operators_exporter() -> None:
     c = container(objs)
     assert c["name"] == "nvidia-dcgm-exporter"
     assert "/etc/dcgm-exporter/dcp-metrics-included.csv" in c["args"]
+    args = c["args"]
+    assert args[args.index("--emf-container-name") + 1] == c["name"]  # EMF's container_name
     sm = one(objs, "ServiceMonitor")
     errors = [f"{list(e.path)}: {e.message}" for e in servicemonitor_validator().iter_errors(sm)]
     assert errors == []

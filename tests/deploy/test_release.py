@@ -85,3 +85,22 @@ def test_release_checks_an_anonymous_pull() -> None:
     (step,) = [s for s in job["steps"] if "anonymous" in s.get("name", "").lower()]
     assert "DOCKER_CONFIG" in step["run"] and "steps.build.outputs.digest" in str(step)
     assert "public" in step["run"]
+
+
+def test_release_builds_on_the_bases_ci_tests() -> None:
+    """CI runs scripts/image, which (without a registry) builds on bases it makes from Debian
+    packages; the release runs the same script for both architectures, which pushes those bases,
+    and builds the published image on them (build-args from that step's outputs)."""
+    (job,) = yaml.safe_load(RELEASE.read_text())["jobs"].values()
+    (bases,) = [s for s in job["steps"] if s.get("id") == "bases"]
+    run = bases["run"]
+    assert "scripts/image" in run and "PODGPU_IMAGE_BASE=debian" in run
+    assert "PODGPU_IMAGE_PLATFORMS=linux/amd64,linux/arm64" in run
+    assert "PODGPU_IMAGE_BASE_PUSH=" in run and 'PODGPU_IMAGE_BASES_OUT="$GITHUB_OUTPUT"' in run
+    args = build_step(yaml.safe_load(RELEASE.read_text()))["with"]["build-args"]
+    assert "BASE=${{ steps.bases.outputs.BASE }}" in args.splitlines()
+    assert "BUILD_BASE=${{ steps.bases.outputs.BUILD_BASE }}" in args.splitlines()
+    steps = [s.get("id") or s.get("name") or s.get("uses") for s in job["steps"]]
+    assert steps.index("bases") < steps.index("build")
+    script = (ROOT / "scripts" / "image").read_text()
+    assert "PODGPU_IMAGE_BASES_OUT" in script and "BUILD_BASE=%s" in script

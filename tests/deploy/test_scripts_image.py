@@ -61,3 +61,68 @@ def test_the_real_tools_are_what_the_script_checks() -> None:
     them there), so the stand-in PATH above is what made them missing."""
     for tool in ("podman", "runc", "mmdebstrap", "newuidmap", "fuse-overlayfs"):
         assert shutil.which(tool, path=os.environ.get("PATH")), tool
+
+
+def arch_path(tmp: Path, binfmt: dict[str, str] | None) -> tuple[dict[str, str], Path]:
+    """Every tool the script checks present (stand-ins that do nothing), an amd64 machine, and
+    a binfmt_misc directory holding `binfmt` (None: not mounted)."""
+    env, _ = fake_path(tmp, 0)
+    bin_dir = Path(env["PATH"])
+    for name in ("podman", "runc", "mmdebstrap", "newuidmap", "fuse-overlayfs"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "dpkg").write_text("#!/bin/sh\necho amd64\n")
+    (bin_dir / "dpkg").chmod(0o755)
+    for tool in ("grep", "uname"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    binfmt_dir = tmp / "binfmt_misc"
+    if binfmt is not None:
+        binfmt_dir.mkdir()
+        (binfmt_dir / "status").write_text("enabled\n")
+        for name, text in binfmt.items():
+            (binfmt_dir / name).write_text(text)
+    env["PODGPU_BINFMT_DIR"] = str(binfmt_dir)
+    return env, binfmt_dir
+
+
+QEMU_AARCH64 = ("enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\n"
+                "flags: {flags}\noffset 0\nmagic 7f454c46\n")
+"""/proc/sys/fs/binfmt_misc/qemu-aarch64 as Debian's qemu-user-static registers it."""
+
+
+def run_arch(env: dict[str, str], platforms: str | None) -> subprocess.CompletedProcess[str]:
+    if platforms:
+        env = {**env, "PODGPU_IMAGE_PLATFORMS": platforms}
+    return subprocess.run(["/bin/bash", str(SCRIPT)], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_without_binfmt_misc_it_says_why_and_builds_its_own_architecture(tmp_path: Path) -> None:
+    env, _ = arch_path(tmp_path, None)
+    out = run_arch(env, None)
+    assert "linux/arm64: not built: this amd64 machine cannot run its binaries: binfmt_misc " \
+           "is not mounted" in out.stderr, out.stderr
+    assert "architectures: amd64 (this machine: amd64)" in out.stderr
+
+
+def test_asking_for_both_without_qemu_fails_with_the_fix(tmp_path: Path) -> None:
+    env, _ = arch_path(tmp_path, {})
+    out = run_arch(env, "linux/amd64,linux/arm64")
+    assert out.returncode == 1
+    assert "linux/arm64 was asked for" in out.stderr
+    assert "install qemu-user-static and binfmt-support" in out.stderr, out.stderr
+
+
+def test_a_qemu_entry_without_the_f_flag_is_not_enough(tmp_path: Path) -> None:
+    env, _ = arch_path(tmp_path, {"qemu-aarch64": QEMU_AARCH64.format(flags="P")})
+    out = run_arch(env, "linux/arm64")
+    assert out.returncode == 1 and "lacks the F flag" in out.stderr, out.stderr
+
+
+def test_with_qemu_registered_both_architectures_are_built(tmp_path: Path) -> None:
+    """Control: the same stand-ins with the entry Debian registers: both architectures."""
+    env, _ = arch_path(tmp_path, {"qemu-aarch64": QEMU_AARCH64.format(flags="PF")})
+    out = run_arch(env, "linux/amd64,linux/arm64")
+    assert "architectures: amd64 arm64 (this machine: amd64)" in out.stderr, out.stderr
