@@ -1,4 +1,4 @@
-"""Production memory in the built image (issue 22 item 4): the cloudwatch overlay's DaemonSet
+"""Production memory in the built image: the cloudwatch overlay's DaemonSet
 container, run by podman as the kubelet would run it, against the stand-ins of
 tests/deploy/standins.py; RSS, its high-water mark, threads and CPU of the container's podgpu
 process every `--sample-every` s for `--duration` s.

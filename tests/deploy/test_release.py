@@ -1,4 +1,4 @@
-"""Issue 22 item 2: the release workflow, checked by actionlint (the real tool: type-checks
+"""The release workflow, checked by actionlint (the real tool: type-checks
 expressions, action inputs, `run:` scripts) and for what a release must do: on a version tag,
 build linux/amd64 and linux/arm64, push to GHCR with an SBOM and provenance, under the name the
 manifests use."""

@@ -1,4 +1,4 @@
-"""scripts/image on a fresh machine (issue 22): what it installs when its tools are missing. This
+"""scripts/image on a fresh machine: what it installs when its tools are missing. This
 machine has them, so the test runs the script with a PATH that holds only the coreutils it needs
 before that point and stand-ins for `id` and `apt-get` that record their calls (the fault
 injected); the image build itself is exercised by scripts/check, which runs the real script."""
