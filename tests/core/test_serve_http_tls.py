@@ -6,6 +6,7 @@ and over TLS with a client certificate and basic auth, read by Python's own HTTP
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import http.client
 import socket
@@ -95,10 +96,8 @@ def test_reconnecting_pipelining_non_readers_stay_bounded_while_scrapes_are_serv
         for _ in range(1000):
             s = socket.create_connection(("127.0.0.1", p.port), timeout=5)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            try:
+            with contextlib.suppress(OSError):
                 s.sendall(request)
-            except OSError:
-                pass
             socks.append(s)
         assert p.get("/metrics")[0] == 200
         served += 1

@@ -65,9 +65,16 @@ def test_emf_serves_over_tls_with_basic_auth_and_the_same_limits(tmp_path: Path)
         assert _get(base + "/metrics", ctx, None)[0] == 401
         assert _get(base + "/metrics", ctx, "prometheus:wrong")[0] == 401
         assert _get(base + "/health", ctx, None)[0] == 200  # exempt from auth, as serve's
-        # the guard's and auth's counts are exported
-        body = _get(base + "/metrics", ctx, f"prometheus:{PASSWORD}")[1].decode()
-        assert 'podgpu_http_requests_denied_total{reason="unauthorized"} 2' in body, body
+        # the guard's and auth's counts are exported, in the bytes rendered at the next tick
+        # (1 s): /metrics is published per tick, as serve's per collection
+        seen: list[str] = []
+
+        def counted() -> bool:
+            seen[:] = [_get(base + "/metrics", ctx, f"prometheus:{PASSWORD}")[1].decode()]
+            return 'podgpu_http_requests_denied_total{reason="unauthorized"} 2' in seen[0]
+
+        wait_for(counted, timeout=10, what="the 401s in /metrics")
+        body = seen[0]
         assert "podgpu_http_auth_failures_total 1" in body
         assert 'podgpu_http_connections_closed_total{reason="evicted"} 0' in body
         assert _get(f"http://127.0.0.1:{port}/metrics", None, None)[0] == 0  # plain HTTP: no answer

@@ -183,6 +183,8 @@ def test_a_reading_client_gets_its_answer_and_the_connection_goes_idle() -> None
     head, _, body = bytes(t.sent).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK") and b"\r\nServer: podgpu" in head
     assert body == BODY and guard.state(conn) == "idle" and t.reading
+    send(conn, GET * 3)  # answered at once: reading never paused (no epoll calls per request)
+    assert t.sent.count(b"HTTP/1.1 200 OK") == 4 and t.pauses == 0
 
 
 def test_a_pipelining_client_that_never_reads_holds_one_step_and_reading_pauses() -> None:
