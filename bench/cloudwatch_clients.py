@@ -1,7 +1,7 @@
 """What the CloudWatch Logs client costs: a boto3 `logs` client against podgpu's
 logsapi.py (botocore's credential chain, SigV4 signer, endpoint rules and HTTP session, no
 service client). One client per run, in this interpreter, on top of what `podgpu serve` has
-loaded (aiohttp, pynvml): create the group and the stream, then 20 PutLogEvents of 50 EMF-sized
+loaded (h11, pynvml): create the group and the stream, then 20 PutLogEvents of 50 EMF-sized
 events to the CloudWatch Logs stand-in (tests/deploy/standins.py). Prints one JSON line: RSS added
 after the calls, the peak (VmHWM) over the start, and the time to the first answer.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
-import aiohttp  # noqa: E402,F401  - what podgpu serve has loaded before the sink starts
+import h11  # noqa: E402,F401  - what podgpu serve has loaded before the sink starts
 import pynvml  # noqa: E402,F401
 from tests.deploy.standins import DUMMY_AWS, LogsStandIn, environ_without_aws  # noqa: E402
 

@@ -2,7 +2,7 @@
 attribution/kubelet.py) against grpclib (pure-Python asyncio gRPC over h2) for our one unary
 `List` on a unix socket. The kubelet stand-in (a real grpcio server, tests/integration/
 kubelet_fake.py) runs in a child process so its own grpc import is not counted; the client runs
-here on top of what `podgpu serve` has loaded (aiohttp, pynvml) and calls `List` 50 times, 26 pods
+here on top of what `podgpu serve` has loaded (h11, pynvml) and calls `List` 50 times, 26 pods
 listed. Prints one JSON line: RSS added, peak over the start, threads, time to the first answer.
 
     PYTHONPATH=src .venv/bin/python bench/kubelet_clients.py grpcio
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
-import aiohttp  # noqa: E402,F401  - what podgpu serve has loaded before the kubelet client
+import h11  # noqa: E402,F401  - what podgpu serve has loaded before the kubelet client
 import pynvml  # noqa: E402,F401
 
 CALLS = 50
