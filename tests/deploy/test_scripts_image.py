@@ -126,3 +126,11 @@ def test_with_qemu_registered_both_architectures_are_built(tmp_path: Path) -> No
     env, _ = arch_path(tmp_path, {"qemu-aarch64": QEMU_AARCH64.format(flags="PF")})
     out = run_arch(env, "linux/amd64,linux/arm64")
     assert "architectures: amd64 arm64 (this machine: amd64)" in out.stderr, out.stderr
+
+
+def test_native_builds_only_this_machines_architecture_even_with_qemu(tmp_path: Path) -> None:
+    """scripts/check's setting: QEMU registered, yet only amd64 on this amd64 machine."""
+    env, _ = arch_path(tmp_path, {"qemu-aarch64": QEMU_AARCH64.format(flags="PF")})
+    out = run_arch(env, "native")
+    assert "linux/arm64: not built: PODGPU_IMAGE_PLATFORMS=native" in out.stderr, out.stderr
+    assert "architectures: amd64 (this machine: amd64)" in out.stderr, out.stderr
