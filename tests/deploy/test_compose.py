@@ -364,6 +364,9 @@ def test_cloudwatch_component_sends_namespace_gpu_operator(tmp_path: Path) -> No
     assert {d["Namespace"] for d in docs} == {"gpu-operator"}
     assert {d["ClusterName"] for d in docs} == {"my-cluster"}
     assert {d["Service"] for d in docs} == {"nvidia-dcgm-exporter"}
+    # the agent path's labels of the operator's exporter: its container, its Service's app label
+    assert {d["container_name"] for d in docs} == {"nvidia-dcgm-exporter"}
+    assert {d["app"] for d in docs} == {"nvidia-dcgm-exporter"}
 
 
 def test_an_empty_cluster_name_stops_podgpu_with_one_line(tmp_path: Path) -> None:

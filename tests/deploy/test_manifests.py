@@ -332,7 +332,11 @@ def test_cloudwatch_overlay() -> None:
     for flag, value in (("--cloudwatch-config", "/etc/podgpu/cloudwatch/cwagent-config.json"),
                         ("--cluster-name", "$(CLUSTER_NAME)"),
                         ("--emf-namespace", "$(EMF_NAMESPACE)"),
-                        ("--emf-label", "Service=nvidia-dcgm-exporter"),
+                        # the agent path's identity of the operator's exporter (Service,
+                        # its app label, its container's name)
+                        ("--emf-service", "nvidia-dcgm-exporter"),
+                        ("--emf-service-labels", "app=nvidia-dcgm-exporter"),
+                        ("--emf-container-name", "nvidia-dcgm-exporter"),
                         ("--emf-spool-dir", "/var/lib/podgpu/emf-spool")):
         assert args[args.index(flag) + 1] == value
     env = {e["name"]: e for e in c["env"]}
