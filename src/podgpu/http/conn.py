@@ -38,6 +38,7 @@ import h11
 
 from podgpu.http.app import App, Request, Response, decode_path, error
 from podgpu.http.guard import Cancellable, ConnectionGuard, Limits, limit_send_buffer
+from podgpu.http.head import parse_head
 from podgpu.http.ratelog import short
 
 log = logging.getLogger("podgpu.http.guard")
@@ -320,11 +321,18 @@ class Connection(asyncio.BufferedProtocol):
     def _http(self, data: bytes) -> None:
         if self._closing:
             return
-        if self._h11 is None:
-            self._h11 = self._parser()
         if self._idle and data:
             self._idle = False
             self._listener.guard.started(self)
+        if self._h11 is None:
+            # The fast path: a read that is exactly one plain GET/HEAD head (http.head); any
+            # other bytes go to h11, which validates them as before.
+            limits = self._listener.limits
+            head = parse_head(data, limits.max_head_size, limits.max_headers)
+            if head is not None:
+                self._dispatch(head.method, head.target, head.headers, head.keep_alive)
+                return
+            self._h11 = self._parser()
         self._h11.receive_data(data)
         self._next()
 
@@ -358,26 +366,28 @@ class Connection(asyncio.BufferedProtocol):
                 self._pending = event
             elif isinstance(event, h11.EndOfMessage):
                 request, self._pending = self._pending, None
-                if request is not None:
-                    self._dispatch(request)  # what follows is `_answered`'s, with a new parser
+                if request is not None:  # what follows is `_answered`'s
+                    headers: dict[str, str] = {}
+                    for name, value in request.headers.raw_items():
+                        headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+                    keep = request.http_version == b"1.1" and "close" not in headers.get(
+                        "connection", "").lower()
+                    self._dispatch(request.method.decode("latin-1"), request.target, headers,
+                                   keep)
                     return
             elif isinstance(event, h11.ConnectionClosed):
                 self.close()
                 return
             # h11.Data: a request body nobody reads (every route is a GET): dropped as it comes
 
-    def _dispatch(self, event: h11.Request) -> None:
-        path = decode_path(event.target)
+    def _dispatch(self, method: str, target: bytes, headers: dict[str, str], keep: bool) -> None:
+        path = decode_path(target)
         if path is None:
             self._bad("request target")
             return
-        headers: dict[str, str] = {}
-        for name, value in event.headers.raw_items():
-            headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-        self._keep = event.http_version == b"1.1" and "close" not in headers.get(
-            "connection", "").lower()
-        request = Request(method=event.method.decode("latin-1"), path=path, headers=headers,
-                          remote=self._remote, peercert=self._peercert)
+        self._keep = keep
+        request = Request(method=method, path=path, headers=headers, remote=self._remote,
+                          peercert=self._peercert)
         app = self._listener.app
         if app.middleware is None:
             try:
@@ -406,14 +416,15 @@ class Connection(asyncio.BufferedProtocol):
 
     def _respond(self, request: Request, resp: Response, *, close: bool = False) -> None:
         """Write `resp`. h11 parses requests only: the answer's head is written here (h11's
-        writer cost ~40 us a scrape, as much as the whole answer did before), and each request
-        gets a fresh h11 parser (`_answered`)."""
-        conn = self._h11
-        if conn is None or self._closing:
+        writer cost ~40 us a scrape, as much as the whole answer did before). `_h11` is None
+        for a request of the fast path (http.head)."""
+        if self._closing or self._transport is None:
             return
+        conn = self._h11
         resp = self._listener.app.finish(resp)
         body = resp.body
-        close = close or self._eof or conn.their_state is not h11.DONE or not self._keep
+        close = (close or self._eof or not self._keep
+                 or (conn is not None and conn.their_state is not h11.DONE))
         lines = [f"HTTP/1.1 {resp.status} {_reason(resp.status)}\r\n"]
         lines.extend(f"{name}: {value}\r\n" for name, value in resp.headers
                      if _SAFE.isdisjoint(name + value))
@@ -451,32 +462,38 @@ class Connection(asyncio.BufferedProtocol):
 
     def _answered(self) -> None:
         """The answer is in the kernel: the next request (a fresh parser fed what is left of
-        this one's bytes), or close."""
+        this one's bytes; none when nothing is left, so the next read may take the fast
+        path), or close."""
         self._body = None
-        conn = self._h11
-        if conn is None or self._closing:
+        if self._closing:
             return
         if self._close_after:
             self._listener.guard.lost(self)
             self.close()
             return
-        leftover, eof = conn.trailing_data
-        conn = self._h11 = self._parser()
-        if leftover:
-            conn.receive_data(bytes(leftover))
-        if eof:
-            conn.receive_data(b"")
+        conn = self._h11
+        self._h11 = None
+        if conn is not None:
+            leftover, eof = conn.trailing_data
+            if leftover or eof:
+                conn = self._h11 = self._parser()
+                if leftover:
+                    conn.receive_data(bytes(leftover))
+                if eof:
+                    conn.receive_data(b"")
         guard = self._listener.guard
         guard.completed(self)
         self._idle = guard.state(self) == "idle"
-        self._next()
+        if self._h11 is None:
+            self._resume_reading()
+        else:
+            self._next()
 
     def _bad(self, why: str, *, answer: bool = True) -> None:
         """A malformed request: one rate-limited line, a 400 that echoes nothing, then close."""
         self._listener.guard.rate_log("bad-request", logging.INFO, "bad request from %s: %s",
                                       self.peer, short(why))
-        conn = self._h11
-        if answer and conn is not None:
+        if answer and not self._closing:
             self._pause_reading()
             self._respond(Request(method="GET", path="", headers={}), error(400), close=True)
             if self._body is not None:
