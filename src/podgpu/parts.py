@@ -162,17 +162,24 @@ def make_emf_sink(settings: ServeSettings, metrics: MetricList, label_opts: Labe
 def make_insights(settings: ServeSettings, cluster: str, attributor: Attributor | None
                   ) -> InsightsBuilder:
     """The Container Insights series: the Node object read through the API (the simulated
-    node's own with --simulate), the pods' workloads from the pod watch when there is one."""
+    node's own with --simulate), the pods' workloads from the pod watch when there is one, the
+    Services selecting them from a Service list/watch (a simulated node's too when it runs
+    where the API is: KUBERNETES_SERVICE_HOST set)."""
+    import os
+
+    from podgpu.attribution.services import ServiceWatcher
     from podgpu.sinks.cloudwatch.insights import (
         FixedNode,
         InsightsBuilder,
         InsightsOptions,
         NodeSource,
+        ServiceSource,
         no_pods,
     )
 
     host = settings.output.hostname
     node: NodeSource
+    services: ServiceSource | None = ServiceWatcher()
     pods = getattr(attributor, "pods", None)  # the pod watch's (KubeletAttributor.pods)
     if settings.simulation is not None and not settings.kubernetes.enabled:
         from podgpu.sim.backend import parse_simulate
@@ -183,9 +190,11 @@ def make_insights(settings: ServeSettings, cluster: str, attributor: Attributor 
         scenario = make_scenario(settings)
         sim_pods = scenario_pods(scenario) if scenario is not None else {}
         pods = lambda: sim_pods  # noqa: E731
+        if "KUBERNETES_SERVICE_HOST" not in os.environ:
+            services = None
     else:
         from podgpu.attribution.nodeinfo import NodeLookup
 
         node = NodeLookup(settings.kubernetes.node_name)
     return InsightsBuilder(InsightsOptions(cluster_name=cluster, node_name=host), node,
-                           pods if callable(pods) else no_pods)
+                           pods if callable(pods) else no_pods, services)

@@ -1,7 +1,8 @@
 """A local HTTP stand-in for the Kubernetes pod list/watch API (GET /api/v1/pods), enough for
 the `kubernetes` client: list with a field selector, watch from a resourceVersion with streamed
-JSON events, 410 Gone for a too-old version, injected HTTP errors; and GET of single ConfigMaps
-(the metric list of `-m NAMESPACE:NAME`). Records every request."""
+JSON events, 410 Gone for a too-old version, injected HTTP errors; GET of single ConfigMaps
+(the metric list of `-m NAMESPACE:NAME`) and Nodes; the cluster's Services (GET
+/api/v1/services: list in pages and watch). Records every request."""
 
 from __future__ import annotations
 
@@ -29,6 +30,16 @@ def pod(uid: str, ns: str, name: str, node: str = "n1", labels: dict[str, str] |
     }
 
 
+def service(ns: str, name: str, selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Service object; `selector` None: a Service without one (it selects nothing)."""
+    spec: dict[str, Any] = {"type": "ClusterIP", "ports": [{"port": 80, "protocol": "TCP"}]}
+    if selector is not None:
+        spec["selector"] = selector
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": ns, "name": name, "uid": f"svc-{ns}-{name}"},
+            "spec": spec}
+
+
 class FakeKubeApi:
     def __init__(self, bind: str = "127.0.0.1") -> None:
         self.lock = threading.Lock()
@@ -54,6 +65,12 @@ class FakeKubeApi:
         self.events: list[tuple[int, dict[str, Any]]] = []
         """Every change with its resourceVersion: a watch from version V replays those after V."""
         self._watchers: list[queue.Queue[dict[str, Any] | None]] = []
+        self.services: dict[tuple[str, str], dict[str, Any]] = {}
+        """(namespace, name) -> Service, listed and watched at /api/v1/services."""
+        self.service_events: list[tuple[int, dict[str, Any]]] = []
+        self._service_watchers: list[queue.Queue[dict[str, Any] | None]] = []
+        self.fail_services: int | None = None
+        """An HTTP status every /api/v1/services request is answered with (403: no RBAC)."""
         server = type("Server", (ThreadingHTTPServer,),
                       {"address_family": socket.AF_INET6 if ":" in bind else socket.AF_INET})
         self._server = server((bind, 0), self._handler())
@@ -108,8 +125,30 @@ class FakeKubeApi:
             self._emit("BOOKMARK", {"kind": "Pod", "apiVersion": "v1",
                                     "metadata": {"resourceVersion": str(self.rv)}})
 
+    def put_service(self, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            kind = "MODIFIED" if key in self.services else "ADDED"
+            self.services[key] = obj
+            self._emit_service(kind, obj)
+
+    def delete_service(self, ns: str, name: str) -> None:
+        with self.lock:
+            self.rv += 1
+            obj = self.services.pop((ns, name))
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            self._emit_service("DELETED", obj)
+
+    def _emit_service(self, kind: str, obj: dict[str, Any]) -> None:
+        ev = {"type": kind, "object": json.loads(json.dumps(obj))}
+        self.service_events.append((self.rv, ev))
+        for q in list(self._service_watchers):
+            q.put(ev)
+
     def close_watches(self) -> None:
-        for q in list(self._watchers):
+        for q in [*self._watchers, *self._service_watchers]:
             q.put(None)
 
     def list_requests(self) -> list[dict[str, list[str]]]:
@@ -158,6 +197,9 @@ class FakeKubeApi:
                 if url.path.rstrip("/") in discovery:
                     self._json(200, discovery[url.path.rstrip("/")])
                     return
+                if url.path == "/api/v1/services":
+                    self._services(qs)
+                    return
                 if url.path != "/api/v1/pods":
                     self._json(404, {"kind": "Status", "code": 404})
                     return
@@ -188,6 +230,35 @@ class FakeKubeApi:
                             "items": items}
                 self._json(200, body)
 
+            def _services(self, qs: dict[str, list[str]]) -> None:
+                """The cluster's Services: a list in pages (`limit`, `continue`) or a watch."""
+                if api.fail_services is not None:
+                    self._json(api.fail_services, {"kind": "Status", "code": api.fail_services,
+                                                   "message": "injected"})
+                    return
+                if qs.get("watch") == ["true"]:
+                    since = int(qs.get("resourceVersion", ["0"])[0] or 0)
+                    if since < api.gone_below:
+                        self._json(410, {"kind": "Status", "code": 410, "reason": "Expired",
+                                         "message": f"too old resource version: {since}"})
+                        return
+                    self._stream(api.service_events, api._service_watchers, since,
+                                 float(qs.get("timeoutSeconds", ["30"])[0]), lambda o: True)
+                    return
+                with api.lock:
+                    items = sorted(api.services.values(), key=lambda s: (
+                        s["metadata"]["namespace"], s["metadata"]["name"]))
+                    meta: dict[str, Any] = {"resourceVersion": str(api.rv)}
+                    limit = int(qs.get("limit", ["0"])[0] or 0)
+                    if limit > 0:
+                        start = int(qs.get("continue", ["0"])[0] or 0)
+                        if start + limit < len(items):
+                            meta["continue"] = str(start + limit)
+                            meta["remainingItemCount"] = len(items) - start - limit
+                        items = items[start:start + limit]
+                self._json(200, {"kind": "ServiceList", "apiVersion": "v1", "metadata": meta,
+                                 "items": items})
+
             def _configmap(self, ns: str, name: str) -> None:
                 """GET one ConfigMap (`-m NAMESPACE:NAME`); 403 when `forbidden`."""
                 if api.fail_status is not None:
@@ -217,13 +288,19 @@ class FakeKubeApi:
                 self.wfile.flush()
 
             def _watch(self, node: str, since: int, timeout: float) -> None:
+                self._stream(api.events, api._watchers, since, timeout,
+                             lambda obj: obj["spec"]["nodeName"] == node)
+
+            def _stream(self, events: list[tuple[int, dict[str, Any]]],
+                        watchers: list[queue.Queue[dict[str, Any] | None]], since: int,
+                        timeout: float, wanted: Callable[[dict[str, Any]], bool]) -> None:
                 # Chunked, as the real API server streams watches: one JSON event per line.
                 q: queue.Queue[dict[str, Any] | None] = queue.Queue()
                 with api.lock:
-                    for rv, ev in api.events:
+                    for rv, ev in events:
                         if rv > since:
                             q.put(ev)
-                    api._watchers.append(q)
+                    watchers.append(q)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -240,8 +317,7 @@ class FakeKubeApi:
                         if ev is None:
                             break
                         obj = ev["object"]
-                        if ev["type"] not in ("ERROR", "BOOKMARK") and \
-                                obj["spec"]["nodeName"] != node:
+                        if ev["type"] not in ("ERROR", "BOOKMARK") and not wanted(obj):
                             continue
                         self._chunk(json.dumps(ev).encode() + b"\n")
                     self.wfile.write(b"0\r\n\r\n")
@@ -249,7 +325,7 @@ class FakeKubeApi:
                 except OSError:
                     pass
                 finally:
-                    api._watchers.remove(q)
+                    watchers.remove(q)
                     self.close_connection = True
 
         return Handler

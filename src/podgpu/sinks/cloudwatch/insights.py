@@ -55,7 +55,8 @@ from podgpu.sinks.cloudwatch.series import GAUGE, Item, LabelKey
 from podgpu.sinks.prometheus.labels import holders_by_device
 
 __all__ = ["FixedNode", "InsightsBuilder", "InsightsOptions", "KeepsInsightsFields",
-           "NodeSource", "device_readings", "is_insights", "no_pods", "with_insights_fields"]
+           "NoServices", "NodeSource", "ServiceSource", "device_readings", "is_insights",
+           "no_pods", "with_insights_fields"]
 """The contract's helpers serve's agent and the tests use are re-exported from here."""
 
 
@@ -83,6 +84,25 @@ class FixedNode:
 Pods = Callable[[], Mapping[tuple[str, str], PodInfo]]
 """This node's pods by (namespace, name): owners (-> `PodName`) and GPU resources."""
 
+class ServiceSource(Protocol):
+    """Which Service names a pod: attribution/services.ServiceWatcher, or none."""
+
+    def first(self, namespace: str, labels: tuple[tuple[str, str], ...]) -> str:
+        """The first Service selecting a pod of `namespace` with these (full) labels; ''."""
+        ...
+
+    def start(self, wait_seconds: float = ...) -> None: ...
+
+
+class NoServices:
+    """No Service names any pod (no API, or a simulated node without one)."""
+
+    def first(self, namespace: str, labels: tuple[tuple[str, str], ...]) -> str:
+        return ""
+
+    def start(self, wait_seconds: float = 0.0) -> None:
+        return None
+
 
 def no_pods() -> Mapping[tuple[str, str], PodInfo]:
     return {}
@@ -97,17 +117,20 @@ class InsightsOptions:
 class InsightsBuilder:
     """Snapshot -> Container Insights series (one label set per level, device and holder)."""
 
-    def __init__(self, opts: InsightsOptions, node: NodeSource, pods: Pods = no_pods) -> None:
+    def __init__(self, opts: InsightsOptions, node: NodeSource, pods: Pods = no_pods,
+                 services: ServiceSource | None = None) -> None:
         self._opts = opts
         self._node = node
         self._started = False
         self._pods = pods
+        self._services = services or NoServices()
         self._memo: dict[tuple[object, ...], LabelKey] = {}
 
     def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
         if not self._started:  # the Node's GET starts with the first cycle, before the port opens
             self._started = True
             self._node.start(2.0)
+            self._services.start(2.0)
         node = self._node.current()
         pods_now = self._pods()
         holders = holders_by_device(snapshot.allocations)
@@ -190,8 +213,14 @@ class InsightsBuilder:
                 ("node_gpu_limit", cap), ("node_gpu_usage_total", running),
                 ("node_gpu_reserved_capacity", round(reserved / cap * 100.0, 3))]
 
+    def _service(self, info: PodInfo | None) -> str:
+        """`Service`: the first Service selecting the pod, by the pod watch's full labels (never
+        the allow-listed, sanitised labels on series); '' without the pod's object."""
+        return self._services.first(info.namespace, info.labels) if info is not None else ""
+
     def _capacity_key(self, level: str, node: NodeObject, info: PodInfo | None) -> LabelKey:
-        memo = (level, node, info)
+        service = self._service(info)
+        memo = (level, node, info, service)
         key = self._memo.get(memo)
         if key is None:
             o = self._opts
@@ -201,7 +230,8 @@ class InsightsBuilder:
             k8s: dict[str, object] = {"host": o.node_name}
             if info is not None:
                 name, owners = workload_name(info.name, info.owners, info.labels)
-                labels.update(Namespace=info.namespace, PodName=name, FullPodName=info.name)
+                labels.update(Namespace=info.namespace, PodName=name, FullPodName=info.name,
+                              Service=service)
                 k8s.update(namespace_name=info.namespace, pod_name=info.name)
                 if info.uid:
                     k8s["pod_id"] = info.uid
@@ -217,16 +247,18 @@ class InsightsBuilder:
              container_id: str = "", pods: Mapping[tuple[str, str], PodInfo] | None = None
              ) -> LabelKey:
         info = pods.get((ref.namespace, ref.pod)) if pods and ref is not None else None
-        memo = (level, dev, ref, node, container_id, info)
+        service = self._service(info) if level != NODE else ""
+        memo = (level, dev, ref, node, container_id, info, service)
         key = self._memo.get(memo)
         if key is None:
             if len(self._memo) > 50_000:  # pod churn: start over
                 self._memo.clear()
-            key = self._memo[memo] = self._build(level, dev, ref, node, container_id, info)
+            key = self._memo[memo] = self._build(level, dev, ref, node, container_id, info,
+                                                 service)
         return key
 
     def _build(self, level: str, dev: Device, ref: ContainerRef | None, node: NodeObject,
-               container_id: str, info: PodInfo | None) -> LabelKey:
+               container_id: str, info: PodInfo | None, service: str = "") -> LabelKey:
         o = self._opts
         labels = {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
                   "InstanceId": node.instance_id, "InstanceType": node.instance_type,
@@ -237,7 +269,7 @@ class InsightsBuilder:
             workload, owners = (workload_name(ref.pod, info.owners, info.labels)
                                 if info is not None else (ref.pod, ()))
             labels.update(Namespace=ref.namespace, PodName=workload, FullPodName=ref.pod,
-                          UUID=dev.uuid)
+                          UUID=dev.uuid, Service=service)
             pod_labels = info.labels if info is not None and info.labels else ref.pod_labels
             if pod_labels:
                 k8s["labels"] = dict(pod_labels)
