@@ -16,6 +16,11 @@ aws/amazon-cloudwatch-agent-test test/metric_value_benchmark/eks_resources/test_
   power_draw (None), tensor_core_utilization (Percent, the raw 0..1 ratio: the add-on does not
   scale it).
 - Dimension sets per level (exact; `[ClusterName, Namespace, Service]` only with a Service).
+- `Service` (the first Service selecting the pod, a non-empty name) is a field of the container
+  and pod events when a Service selects the pod, and absent otherwise; the dimension set
+  `[ClusterName, Namespace, Service]` belongs to the pod level only: a PodGPU event has it
+  exactly when it has `Service`, a ContainerGPU or NodeGPU event never. A pod's container and
+  pod events of one interval name the same Service (or none).
 - Required keys per Type (the test schemas plus the decorator's): container: ClusterName,
   ContainerName, FullPodName, GpuDevice, InstanceId, InstanceType, Namespace, NodeName, PodName,
   Timestamp, Type, Version, Sources, kubernetes, UUID; pod: the same without ContainerName;
@@ -55,6 +60,7 @@ DIMS = {
     "NodeGPU": [["ClusterName"], ["ClusterName", "InstanceId", "NodeName"],
                 ["ClusterName", "GpuDevice", "InstanceId", "InstanceType", "NodeName"]],
 }
+SERVICE_SET = ["ClusterName", "Namespace", "Service"]
 COMMON = ["ClusterName", "InstanceId", "InstanceType", "NodeName", "GpuDevice", "Type", "Version",
           "Sources", "Timestamp", "kubernetes", "CloudWatchMetrics"]
 REQUIRED = {
@@ -193,6 +199,15 @@ def check_event(ev: dict[str, Any]) -> list[str]:
         for k in s:
             if not isinstance(ev.get(k), str):
                 errs.append(f"dimension {k} has no string value")
+    service_set = any(sorted(s) == SERVICE_SET for s in got)
+    if t == "PodGPU" and "Service" in ev and not service_set:
+        errs.append("has Service but not the pod-level [ClusterName, Namespace, Service] set")
+    if service_set and "Service" not in ev:
+        errs.append("the [ClusterName, Namespace, Service] set without a Service field")
+    if service_set and t != "PodGPU":
+        errs.append("the [ClusterName, Namespace, Service] set belongs to the pod level only")
+    if "Service" in ev and not (isinstance(ev["Service"], str) and ev["Service"]):
+        errs.append(f"Service {ev['Service']!r} is not a name")
     declared = {}
     for m in d.get("Metrics") or []:
         name, unit = m.get("Name", ""), m.get("Unit")
@@ -220,6 +235,7 @@ def check_stream(events: Iterable[dict[str, Any]]) -> tuple[list[str], dict[str,
     held: dict[tuple[str, str], set[str]] = defaultdict(set)
     pods: dict[tuple[str, str, str], int] = defaultdict(int)
     containers: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    services: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     count: dict[str, int] = defaultdict(int)
     for ev in events:
         errs += check_event(ev)
@@ -227,6 +243,9 @@ def check_stream(events: Iterable[dict[str, Any]]) -> tuple[list[str], dict[str,
         count[t] += 1
         if t in CAPACITY:
             continue
+        if t in ("ContainerGPU", "PodGPU"):
+            services[(ev.get("Timestamp", ""), ev.get("Namespace", ""),
+                      ev.get("FullPodName", ""))].add(ev.get("Service", ""))
         k = (ev.get("Timestamp", ""), ev.get("GpuDevice", ""))
         if t == "NodeGPU":
             node[k] += 1
@@ -242,6 +261,9 @@ def check_stream(events: Iterable[dict[str, Any]]) -> tuple[list[str], dict[str,
     for k in held:
         if k not in node:
             errs.append(f"{k}: pod events without the GPU's NodeGPU event")
+    for k3, names in services.items():
+        if len(names) > 1:
+            errs.append(f"{k3}: the pod's events name different Services {sorted(names)}")
     for (ts, dev, pod), n in pods.items():
         if n != 1:
             errs.append(f"{(ts, dev, pod)}: {n} PodGPU events")

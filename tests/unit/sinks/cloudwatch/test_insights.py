@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from podgpu.attribution.nodeinfo import NodeObject, instance_id_of, parse_node
+from podgpu.attribution.services import ServiceIndex, parse_service
 from podgpu.attribution.workload import PodGpus, controller_owners, pod_gpus, workload_name
 from podgpu.backends.select import SelectedBackend
 from podgpu.collect import Collector
@@ -29,6 +30,7 @@ from podgpu.sinks.cloudwatch.insights import (
     FixedNode,
     InsightsBuilder,
     InsightsOptions,
+    ServiceSource,
     device_readings,
     with_insights_fields,
 )
@@ -46,7 +48,7 @@ START = 1_800_000_000.0  # a multiple of 60: windows start on it
 class Node:
     """The contract node (tests/fixtures/insights/scenario.yaml) on a fake clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, services: ServiceSource | None = None) -> None:
         self.now = START
         scenario = load_scenario(str(SCENARIO))
         backend = SelectedBackend(  # -d f, as serve: a MIG GPU's instances, not its parent
@@ -61,7 +63,7 @@ class Node:
         self.node = simulated_node(MODELS["H100"], 6, "ip-10-0-1-23.ec2.internal")
         pods = scenario_pods(scenario)
         self.builder = InsightsBuilder(InsightsOptions("demo", self.node.name),
-                                       FixedNode(self.node), lambda: pods)
+                                       FixedNode(self.node), lambda: pods, services)
 
     def events(self, seconds: int, interval: float = 60.0) -> list[dict[str, Any]]:
         acc = WindowAccumulator(interval, lambda k, m: True)
@@ -161,6 +163,80 @@ def test_v0_shape_keys_in_go_order_and_no_service_set_without_a_service() -> Non
     assert "containerd" in e["kubernetes"]  # the container's runtime id
     pod = by(Node().events(1), "PodGPU", "nvidia0", "train-0")
     assert ["ClusterName", "Namespace", "Service"] not in pod["CloudWatchMetrics"][0]["Dimensions"]
+
+
+class Services:
+    """The Service index with literal Services of the contract node's namespaces."""
+
+    def __init__(self, *objs: dict[str, Any]) -> None:
+        self.index = ServiceIndex()
+        self.index.replace(s for s in map(parse_service, objs) if s is not None)
+        self.started = 0
+
+    def first(self, namespace: str, labels: tuple[tuple[str, str], ...]) -> str:
+        return self.index.first(namespace, labels)
+
+    def start(self, wait_seconds: float = 0.0) -> None:
+        self.started += 1
+
+
+def service_obj(ns: str, name: str, selector: dict[str, str] | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"ports": [{"port": 80}]} | (
+        {"selector": selector} if selector is not None else {})
+    return {"kind": "Service", "metadata": {"namespace": ns, "name": name}, "spec": spec}
+
+
+SERVICE_SET = ["ClusterName", "Namespace", "Service"]
+
+
+def test_service_names_the_selected_pods_events_and_adds_the_pod_level_set() -> None:
+    # train-0 (ml, app=trainer) is selected by two Services: the first by name wins; a
+    # Service of another namespace with the same selector and one without a selector do not
+    # count; infer-a/-b (no labels) are selected by none.
+    services = Services(service_obj("ml", "trainer-svc", {"app": "trainer"}),
+                        service_obj("ml", "metrics", {"app": "trainer"}),
+                        service_obj("ml", "aaa-headless", None),
+                        service_obj("inference", "aaa", {"app": "trainer"}))
+    node = Node(services)
+    events = node.events(2)
+    assert services.started == 1
+    errs, _ = ci_contract.check_stream(events)
+    assert errs == []
+    pod, ctr = by(events, "PodGPU", "nvidia0", "train-0"), by(events, "ContainerGPU", "nvidia0",
+                                                               "train-0")
+    assert pod["Service"] == ctr["Service"] == "metrics"
+    assert SERVICE_SET in pod["CloudWatchMetrics"][0]["Dimensions"]
+    assert SERVICE_SET not in ctr["CloudWatchMetrics"][0]["Dimensions"]  # pod level only
+    assert "service" not in pod["kubernetes"] and "service_name" not in pod["kubernetes"]
+    cap = [e for e in events if e["Type"] == "Pod" and e["FullPodName"] == "train-0"]
+    assert cap and cap[0]["Service"] == "metrics"  # the add-on's pod event has it too
+    assert SERVICE_SET in cap[0]["CloudWatchMetrics"][0]["Dimensions"]
+    for t in ("PodGPU", "ContainerGPU"):
+        e = by(events, t, "nvidia1", "infer-a")
+        assert "Service" not in e and SERVICE_SET not in e["CloudWatchMetrics"][0]["Dimensions"]
+    assert all("Service" not in e for e in events if e["Type"] == "NodeGPU")
+    # the Service goes: the next events have neither the field nor the set
+    services.index.delete("ml", "metrics")
+    services.index.delete("ml", "trainer-svc")
+    later = by(node.events(1), "PodGPU", "nvidia0", "train-0")
+    assert "Service" not in later and SERVICE_SET not in later["CloudWatchMetrics"][0][
+        "Dimensions"]
+
+
+def test_the_contract_ties_service_to_the_pod_level_set() -> None:
+    pod = by(Node(Services(service_obj("ml", "web", {"app": "trainer"}))).events(1), "PodGPU",
+             "nvidia0", "train-0")
+    assert ci_contract.check_event(pod) == []
+    no_set = json.loads(json.dumps(pod))
+    no_set["CloudWatchMetrics"][0]["Dimensions"].remove(SERVICE_SET)
+    assert any("not the pod-level" in e for e in ci_contract.check_event(no_set))
+    no_field = json.loads(json.dumps(pod))
+    del no_field["Service"]
+    assert any("without a Service field" in e for e in ci_contract.check_event(no_field))
+    ctr = by(Node(Services(service_obj("ml", "web", {"app": "trainer"}))).events(1),
+             "ContainerGPU", "nvidia0", "train-0")
+    ctr["CloudWatchMetrics"][0]["Dimensions"].append(SERVICE_SET)
+    assert any("pod level only" in e for e in ci_contract.check_event(ctr))
 
 
 def test_capacity_metrics_follow_the_add_ons_formulas() -> None:
