@@ -6,7 +6,10 @@ required fields per Type, the v0 shape, one NodeGPU per GPU and interval), on a 
 with every case: an exclusive GPU, a time-sliced GPU shared 70/30 by two pods, a MIG GPU with two
 held instances, a two-GPU pod and an idle GPU. Their values are the ones each published cycle
 shows (the snapshot `/metrics` is rendered from, read back at /api/v1/snapshot by its
-`taken_at`), and the declarations' events stay in their own log group."""
+`taken_at`), and the declarations' events stay in their own log group. The node runs as in a
+pod (its service account and the API stand-in over TLS), whose Services select one pod:
+that pod's events carry `Service` and the pod level its `[ClusterName, Namespace, Service]`
+set, the others neither."""
 
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from typing import Any
 import pytest
 
 from tests import ci_contract
+from tests.deploy.standins import SHIM, KubeApi
 from tests.integration.aws_fakes import ROOT, free_port, moto_url, podgpu_env, read_events
+from tests.integration.kube_api_fake import service
 
 __all__ = ["moto_url"]  # the fixture
 pytestmark = pytest.mark.integration
@@ -33,6 +38,7 @@ CI_GROUP = "/aws/containerinsights/ci/performance"
 SEED_GROUP = "/aws/containerinsights/ci/prometheus"
 MIB = 1 << 20
 INTERVAL = 2
+SERVICE_SET = ["ClusterName", "Namespace", "Service"]
 
 
 def stored(url: str, group: str, stream: str) -> list[dict[str, Any]]:
@@ -46,13 +52,20 @@ def stored(url: str, group: str, stream: str) -> list[dict[str, Any]]:
 
 def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url: str) -> None:
     port = free_port()
-    cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", "6", "--simulate-scenario",
-           str(SCENARIO), "-a", f"127.0.0.1:{port}", "-c", "500", "--emf-container-insights",
-           "--cloudwatch-config", str(SEED), "--emf-endpoint-url", moto_url, "--aws-region",
-           "us-east-1", "--cluster-name", "ci", "--emf-interval", str(INTERVAL),
+    api = KubeApi().start()
+    # train-0 (namespace ml, app=trainer) is selected by trainer-svc; the same selector in
+    # another namespace and a Service without a selector select nothing on this node
+    api.fake.put_service(service("ml", "trainer-svc", {"app": "trainer"}))
+    api.fake.put_service(service("inference", "trainer-svc-2", {"app": "trainer"}))
+    api.fake.put_service(service("ml", "a-headless"))
+    cmd = [sys.executable, str(SHIM), str(api.sa_dir), "serve", "--simulate", "6",
+           "--simulate-scenario", str(SCENARIO), "-a", f"127.0.0.1:{port}", "-c", "500",
+           "--emf-container-insights", "--cloudwatch-config", str(SEED), "--emf-endpoint-url",
+           moto_url, "--aws-region", "us-east-1", "--cluster-name", "ci", "--emf-interval", str(INTERVAL),
            "--emf-log-stream", "seed", "--emf-label", "Service=nvidia-dcgm-exporter",
            "--emf-namespace", "gpu-operator"]
-    proc = subprocess.Popen(cmd, env=podgpu_env(NODE_NAME=NODE), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, env=podgpu_env(NODE_NAME=NODE, **api.env()),
+                            stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     seen: dict[float, dict[str, Any]] = {}
     try:
@@ -71,6 +84,7 @@ def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url:
     finally:
         proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=30)[1]
+        api.stop()
     assert proc.returncode == 0, err
     events = stored(moto_url, CI_GROUP, NODE)
     for e in events:
@@ -95,6 +109,18 @@ def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url:
                            ("nvidia2-mig2", "mig-b"), ("nvidia3", "wide-0"),
                            ("nvidia4", "wide-0")}
         assert all(e["InstanceType"] == "p5.48xlarge" and e["NodeName"] == NODE for e in now)
+        # Service: on the selected pod's container, pod and Type: Pod events, the dimension
+        # set on its pod level only; neither on any other pod's
+        for e in now:
+            if e["Type"] == "NodeGPU" or e["Type"] == "Node":
+                assert "Service" not in e
+                continue
+            dims = e["CloudWatchMetrics"][0]["Dimensions"]
+            if e["FullPodName"] == "train-0":
+                assert e["Service"] == "trainer-svc", e
+                assert (SERVICE_SET in dims) == (e["Type"] != "ContainerGPU")
+            else:
+                assert "Service" not in e and SERVICE_SET not in dims
         # GPU capacity: the Type: Pod events of GPU-limited pods (MIG instances are another
         # resource) and the Type: Node event: 6 GPUs, 5 held by Running pods.
         assert {e["FullPodName"] for e in now if e["Type"] == "Pod"} == {
