@@ -61,8 +61,8 @@ def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url:
     cmd = [sys.executable, str(SHIM), str(api.sa_dir), "serve", "--simulate", "6",
            "--simulate-scenario", str(SCENARIO), "-a", f"127.0.0.1:{port}", "-c", "500",
            "--emf-container-insights", "--cloudwatch-config", str(SEED), "--emf-endpoint-url",
-           moto_url, "--aws-region", "us-east-1", "--cluster-name", "ci", "--emf-interval", str(INTERVAL),
-           "--emf-log-stream", "seed", "--emf-label", "Service=nvidia-dcgm-exporter",
+           moto_url, "--aws-region", "us-east-1", "--cluster-name", "ci", "--emf-interval",
+           str(INTERVAL), "--emf-log-stream", "seed", "--emf-label", "Service=nvidia-dcgm-exporter",
            "--emf-namespace", "gpu-operator"]
     proc = subprocess.Popen(cmd, env=podgpu_env(NODE_NAME=NODE, **api.env()),
                             stdout=subprocess.DEVNULL,
