@@ -1,5 +1,6 @@
 """The container-insights kustomize component: with the cloudwatch component it turns the
-Container Insights events on and grants `get` on nodes, nothing more; the container's rendered
+Container Insights events on and grants `get` on nodes and `list`/`watch` on services, nothing
+more; the container's rendered
 args and environment start serve with the profile (parsed as serve parses them)."""
 
 from __future__ import annotations
@@ -14,18 +15,25 @@ from tests.deploy.render import ROOT, render_with
 from tests.deploy.test_manifests import K8S_VERSIONS
 
 
-def test_component_turns_the_profile_on_and_only_adds_get_on_nodes() -> None:
+def test_component_turns_the_profile_on_and_only_adds_node_get_and_service_list_watch() -> None:
     objs = render_with("overlays/cloudwatch", "container-insights")
     for obj in objs:
         kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
     roles = {o["metadata"]["name"]: o["rules"] for o in objs if o["kind"] == "ClusterRole"}
-    assert roles["podgpu-node-reader"] == [{"apiGroups": [""], "resources": ["nodes"],
-                                            "verbs": ["get"]}]
-    (binding,) = [o for o in objs if o["kind"] == "ClusterRoleBinding"
-                  and o["metadata"]["name"] == "podgpu-node-reader"]
+    without = {o["metadata"]["name"] for o in render_with("overlays/cloudwatch")
+               if o["kind"] == "ClusterRole"}
+    # what the component adds, exactly: get on nodes; list and watch on services
+    assert {k: v for k, v in roles.items() if k not in without} == {
+        "podgpu-node-reader": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+        "podgpu-service-reader": [{"apiGroups": [""], "resources": ["services"],
+                                   "verbs": ["list", "watch"]}]}
     ds = next(o for o in objs if o["kind"] == "DaemonSet")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "podgpu",
-                                    "namespace": ds["metadata"]["namespace"]}]
+    for name in ("podgpu-node-reader", "podgpu-service-reader"):
+        (binding,) = [o for o in objs if o["kind"] == "ClusterRoleBinding"
+                      and o["metadata"]["name"] == name]
+        assert binding["roleRef"]["name"] == name
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "podgpu",
+                                        "namespace": ds["metadata"]["namespace"]}]
     c = ds["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value", "") for e in c["env"]}
     assert env["PODGPU_EMF_CONTAINER_INSIGHTS"] == "true"
