@@ -81,6 +81,10 @@ def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url:
             except OSError:
                 pass
             time.sleep(0.1)
+        # /health says how the Service list goes: two Services with a selector kept
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            services = json.loads(r.read())["emf"]["container_insights"]["services"]
+        assert services["status"] == "ok" and services["services"] == 2, services
     finally:
         proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=30)[1]

@@ -84,6 +84,7 @@ class FixedNode:
 Pods = Callable[[], Mapping[tuple[str, str], PodInfo]]
 """This node's pods by (namespace, name): owners (-> `PodName`) and GPU resources."""
 
+
 class ServiceSource(Protocol):
     """Which Service names a pod: attribution/services.ServiceWatcher, or none."""
 
@@ -92,6 +93,8 @@ class ServiceSource(Protocol):
         ...
 
     def start(self, wait_seconds: float = ...) -> None: ...
+
+    def health(self) -> dict[str, object]: ...
 
 
 class NoServices:
@@ -102,6 +105,9 @@ class NoServices:
 
     def start(self, wait_seconds: float = 0.0) -> None:
         return None
+
+    def health(self) -> dict[str, object]:
+        return {"status": "off (no Kubernetes API)"}
 
 
 def no_pods() -> Mapping[tuple[str, str], PodInfo]:
@@ -123,8 +129,13 @@ class InsightsBuilder:
         self._node = node
         self._started = False
         self._pods = pods
-        self._services = services or NoServices()
+        self._services: ServiceSource = services or NoServices()
         self._memo: dict[tuple[object, ...], LabelKey] = {}
+
+    def health(self) -> dict[str, object]:
+        """The `container_insights` part of /health's `emf` entry: how the Service list goes
+        (`ok`, `failing: <why>`, `unavailable: <why>`) and how many Services are kept."""
+        return {"services": self._services.health()}
 
     def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
         if not self._started:  # the Node's GET starts with the first cycle, before the port opens

@@ -130,6 +130,10 @@ class CombinedSeries:
     def with_declarations(self, declarations: SeriesBuilder | None) -> CombinedSeries:
         return CombinedSeries(declarations, self._insights)
 
+    def insights_health(self) -> dict[str, object]:
+        """The Container Insights inputs' state, for /health (EmfSink.health)."""
+        return self._insights.health()
+
     def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
         if self._decl is not None:
             yield from self._decl.series(snapshot)

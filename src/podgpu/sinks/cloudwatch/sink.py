@@ -197,6 +197,9 @@ class EmfSink:
         as over 256 KiB, a status that would say `ok` says `dropping: …` with the count (beside
         another status, the `too_large` entry says it)."""
         body = self._sender.health()
+        insights = getattr(self._builder, "insights_health", None)  # insights_encode
+        if insights is not None:  # --emf-container-insights: its Service list's state
+            body["container_insights"] = insights()
         last, total = self._too_large_last, self._too_large_seen
         if total:
             body["too_large_events"] = total

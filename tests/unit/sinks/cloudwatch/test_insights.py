@@ -179,6 +179,9 @@ class Services:
     def start(self, wait_seconds: float = 0.0) -> None:
         self.started += 1
 
+    def health(self) -> dict[str, object]:
+        return {"status": "ok", "services": len(self.index)}
+
 
 def service_obj(ns: str, name: str, selector: dict[str, str] | None) -> dict[str, Any]:
     spec: dict[str, Any] = {"ports": [{"port": 80}]} | (
@@ -200,6 +203,7 @@ def test_service_names_the_selected_pods_events_and_adds_the_pod_level_set() -> 
     node = Node(services)
     events = node.events(2)
     assert services.started == 1
+    assert node.builder.health() == {"services": {"status": "ok", "services": 3}}
     errs, _ = ci_contract.check_stream(events)
     assert errs == []
     pod, ctr = by(events, "PodGPU", "nvidia0", "train-0"), by(events, "ContainerGPU", "nvidia0",
