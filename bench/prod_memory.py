@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
 from tests.deploy.standins import DUMMY_AWS, SHIM, KubeApi, LogsStandIn, environ_without_aws  # noqa: E402
-from tests.integration.kube_api_fake import pod  # noqa: E402
+from tests.integration.kube_api_fake import pod, service  # noqa: E402
 from tests.integration.kubelet_fake import FakeContainer, FakeKubelet, FakePod, gpu_pod  # noqa: E402
 
 NODE = "ip-10-0-1-5.ec2.internal"
@@ -171,7 +171,15 @@ def main() -> int:
     kubelet.set_pods([gpu_pod("default", "gpu-burn-6c9d8f7b5-x2x7q", "main", "nvidia.com/gpu",
                               uuids[0]), *others])
     api.fake.put(pod(TRAIN_UID, "default", "gpu-burn-6c9d8f7b5-x2x7q", node=NODE,
+                     labels={"app.kubernetes.io/name": "gpu-burn",
+                             "pod-template-hash": "6c9d8f7b5"},
                      containers={"main": "ab" * 32}))
+    # The cluster's Services (listed and watched with --emf-container-insights): 1,000 in 100
+    # namespaces, with the usual two-label selectors; one selects the GPU pod.
+    api.fake.put_service(service("default", "gpu-burn", {"app.kubernetes.io/name": "gpu-burn"}))
+    for i in range(999):
+        api.fake.put_service(service(f"team-{i % 100:03d}", f"svc-{i:04d}", {
+            "app.kubernetes.io/name": f"app-{i:04d}", "app.kubernetes.io/instance": "prod"}))
     for i, p in enumerate(others):
         api.fake.put(pod(f"00000000-0000-4000-8000-{i:012d}", p.namespace, p.name, node=NODE))
     shutil.copytree(ROOT / "tests/fixtures/proc", work / "proc")

@@ -50,9 +50,11 @@ bounds the index at a few MiB. Past it Services are not kept and one line is log
 MAX_SELECTOR_PAIRS = 64
 """Selector pairs kept per Service (real selectors have one to four): a longer one is kept
 cut to its first pairs by key, which can only make it select more pods, never fewer."""
-LIST_PAGE = 500
+LIST_PAGE = 100
+"""Services asked for per list page: a page's parsed JSON is the list's memory peak (about
+5 KiB of Python objects per Service), so 100 keep it near half a MiB however big the cluster."""
 MAX_LIST_PAGE_BYTES = 16 * 1024 * 1024
-"""Of one list page read (500 Services of 32 KiB each; a Service's JSON is about 1-2 KiB)."""
+"""Of one list page read (100 Services of 160 KiB each; a Service's JSON is about 1-2 KiB)."""
 LIST_TIMEOUT_SECONDS = 60.0
 WATCH_TIMEOUT_SECONDS = 300
 WATCH_READ_MARGIN_SECONDS = 30.0
