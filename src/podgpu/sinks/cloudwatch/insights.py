@@ -17,6 +17,10 @@ Where the add-on is wrong podgpu is right (docs/cloudwatch.md has the table):
   instance's graphics-engine activity (GPM) where the GPU has it;
 - a pod with several GPUs gets one event per GPU; a GPU without a pod the node event only.
 
+`Service` (container, pod and `Type: Pod` events; the pod level's `[ClusterName, Namespace,
+Service]` set follows from it in the encoder) is the first Service by name selecting the pod,
+from the pod watch's full labels and attribution/services.py's Service list.
+
 Label sets are LabelKeys whose first pair is ("", level): no Prometheus label has an empty
 name, so they never meet the declarations' series in the shared window. `Sources` and
 `kubernetes` hold JSON text, written unquoted by the encoder.
