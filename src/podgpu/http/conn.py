@@ -148,12 +148,13 @@ class Connection(asyncio.BufferedProtocol):
 
     __slots__ = ("_body", "_close_after", "_closing", "_eof", "_h11", "_head", "_hello", "_idle",
                  "_keep", "_listener", "_paused_reading", "_paused_writing", "_peercert", "_pending",
-                 "_remote", "_sent", "_sock", "_task", "_tls", "_transport", "peer", "timer")
+                 "_remote", "_sent", "_sndbuf", "_sock", "_task", "_tls", "_transport", "peer", "timer")
 
     def __init__(self, listener: Listener) -> None:
         self._listener = listener
         self._transport: asyncio.Transport | None = None
         self._sock: Any = None
+        self._sndbuf = 0
         self._h11: h11.Connection | None = None
         self._tls: _Tls | None = None
         self._hello = b""
@@ -182,6 +183,7 @@ class Connection(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=0, low=0)  # pause on anything queued
         self._sock = transport.get_extra_info("socket")
         limit_send_buffer(self._sock)
+        self._sndbuf = send_buffer(self._sock)  # fixed from here on: one syscall less an answer
         peer = transport.get_extra_info("peername")
         self._remote = str(peer[0]) if isinstance(peer, tuple) and peer else str(peer or "")
         self.peer = short(self._remote, 64)
@@ -446,7 +448,7 @@ class Connection(asyncio.BufferedProtocol):
             if sent >= len(body) and not self._head:
                 self._answered()
                 return
-            room = send_room(self._sock) if self._sock is not None else 0
+            room = send_room(self._sock, self._sndbuf) if self._sock is not None else 0
             rest = len(body) - sent
             step = rest if rest + len(self._head) + 1024 <= room else max(MIN_STEP, room - 2048)
             piece = body[sent:sent + step]
@@ -522,14 +524,22 @@ _SAFE = frozenset("\r\n\0")
 """Characters never written into a header (a value from the web config cannot split the head)."""
 
 
-def send_room(sock: Any) -> int:
+def send_buffer(sock: Any) -> int:
+    """The socket's send buffer size (SO_SNDBUF), or 0 if unknown."""
+    try:
+        return int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+    except (OSError, AttributeError, ValueError):
+        return 0
+
+
+def send_room(sock: Any, size: int = 0) -> int:
     """Bytes the kernel surely takes now: the send buffer less what is queued and not yet
     acknowledged (SIOCOUTQ), less an eighth for the kernel's own per-packet overhead, which it
     counts against the buffer too. 0 if unknown. The send buffer is fixed per connection
-    (guard.SEND_BUFFER), so this stays meaningful; a misestimate costs a copy of the part the
-    kernel refused, at most one step."""
+    (guard.SEND_BUFFER), so `size` (its `send_buffer`, read once) stays meaningful; 0 reads it
+    now. A misestimate costs a copy of the part the kernel refused, at most one step."""
     try:
-        size = int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+        size = size or int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
         queued = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
     except (OSError, AttributeError, ValueError, struct.error):
         return 0
