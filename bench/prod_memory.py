@@ -62,7 +62,9 @@ DAEMONSET_ARGS = ["--collectors", "{default_counters}", "--address", ":9400",
                   "--log-format", "json"]
 EMF_ARGS = ["--cloudwatch-config", "{cw_config}", "--cluster-name", "bench",
             "--emf-namespace", "gpu-operator",
-            "--emf-label", "Service=nvidia-dcgm-exporter", "--emf-spool-dir", "{spool}"]
+            "--emf-service", "nvidia-dcgm-exporter",
+            "--emf-service-labels", "app=nvidia-dcgm-exporter",
+            "--emf-container-name", "nvidia-dcgm-exporter", "--emf-spool-dir", "{spool}"]
 VARIANTS = ("production", "kubelet+podwatch", "kubelet", "bare")
 INSIGHTS = "production+insights"
 """Not run by default: production with --emf-container-insights (its Node object served by the
