@@ -1,4 +1,4 @@
-"""Recording rules and the waste alert for podgpu's per-pod accounting counters (issue 21 item 2),
+"""Recording rules and the waste alert for podgpu's per-pod accounting counters,
 emitted as their own rules file and PrometheusRule beside podgpu's other rules.
 
 Per namespace: GPUs held and kept busy now (5 minute rates), GPU-hours allocated, used and

@@ -1,4 +1,4 @@
-"""promtool unit tests for deploy/prometheus/podgpu-accounting.rules.yml (issue 21 item 2).
+"""promtool unit tests for deploy/prometheus/podgpu-accounting.rules.yml.
 
 Input series: podgpu's simulated backend and scenario attributor run through the real `Collector`
 every 10 s of a fake clock for two hours; the real `Accountant` integrates every snapshot, and its

@@ -1,5 +1,5 @@
 """podgpu's Grafana dashboard, built with Grafana's typed builder (grafana-foundation-sdk) so the
-JSON follows Grafana's current dashboard schema (issue 10 item 1).
+JSON follows Grafana's current dashboard schema.
 
 Rows: the fleet, per pod, per GPU, podgpu itself. Every query filters on the variables
 (`Hostname`, `namespace`, `pod`, `gpu`; `job` is hidden and finds podgpu's scrape jobs by
@@ -129,7 +129,7 @@ def pod_row() -> list[Any]:
 
 
 def accounting_row() -> list[Any]:
-    """Issue 21: who held GPUs, how much of them they used, the energy, over the selected range
+    """Who held GPUs, how much of them they used, the energy, over the selected range
     (podgpu's per-pod counters; each series' increase is taken before summing)."""
     def per_ns(metric: str, fn: str = "increase", window: str = "$__range") -> str:
         return f"sum by (namespace) ({fn}({metric}{{{POD}}}[{window}]))"
