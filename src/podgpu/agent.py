@@ -194,12 +194,11 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
         from podgpu.sinks.cloudwatch.insights import KeepsInsightsFields, with_insights_fields
 
     stats = HttpStats(security.access if security is not None else None)
-    sources: list[MetricSource] = [*([emf] if emf is not None else []), stats]
+    sources: list[MetricSource] = [*([acct] if acct is not None else []),
+                                   *([emf] if emf is not None else []), stats]
 
     def render_snapshot(snapshot, timings):  # type: ignore[no-untyped-def]
         body = render(snapshot, lists.current, RenderOptions(agent.label_opts, build_labels(), timings))
-        if acct is not None:
-            body += acct.render().encode()
         return body + render_sources(sources).encode()
 
     publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
