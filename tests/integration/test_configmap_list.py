@@ -3,10 +3,14 @@ pod API stand-in."""
 
 from __future__ import annotations
 
+import json
+import socketserver
+import threading
 from collections.abc import Iterator
 
 import pytest
 
+from podgpu.attribution.configmap import read_configmap
 from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.config import parse_serve_args
 from podgpu.errors import AttributionError, ConfigError
@@ -91,3 +95,46 @@ def test_sighup_with_m_re_reads_the_configmap(api: FakeKubeApi) -> None:
     assert len(target.fields) == 3
     api.configmaps[("gpu-operator", "exporter-metrics")] = {"metrics": "DCGM_FI_NOPE, gauge, x\n"}
     assert not switch.request() and len(switch.current.metrics) == 3
+
+
+class _Breaking(socketserver.ThreadingTCPServer):
+    """Closes the first `breaks` connections after reading the request head; then answers the
+    ConfigMap."""
+
+    daemon_threads = True
+
+    def __init__(self, breaks: int) -> None:
+        self.breaks, self.connections = breaks, 0
+        body = json.dumps({"data": {"metrics": LIST}}).encode()
+        answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                  + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        server = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                server.connections += 1
+                head = b""
+                while b"\r\n\r\n" not in head and (data := self.request.recv(4096)):
+                    head += data
+                if server.connections > server.breaks:
+                    self.request.sendall(answer)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+@pytest.mark.parametrize(("breaks", "connections", "ok"), [(0, 1, True), (1, 2, True),
+                                                           (2, 2, False)])
+def test_a_broken_connection_is_tried_once_more(breaks: int, connections: int, ok: bool) -> None:
+    srv = _Breaking(breaks)
+    try:
+        config = KubeConfig(host=f"http://127.0.0.1:{srv.server_address[1]}")
+        if ok:
+            assert read_configmap("ns", "m", configuration=config) == LIST
+        else:
+            with pytest.raises(AttributionError, match="--configmap-data ns:m: cannot read it"):
+                read_configmap("ns", "m", configuration=config)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert srv.connections == connections

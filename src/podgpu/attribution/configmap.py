@@ -3,7 +3,6 @@ Kubernetes API (kubeapi.py), the answer capped at MAX_CONFIGMAP_BYTES and under 
 
 from __future__ import annotations
 
-import http.client
 import os
 from collections.abc import Mapping
 from urllib.parse import quote
@@ -29,8 +28,8 @@ def read_configmap(namespace: str, name: str, key: str = "metrics", *,
     RBAC: `get` on that ConfigMap (a Role in its namespace is enough). A missing ConfigMap, key
     or content is the user's input: ConfigError (exit 2). No API access at all is
     AttributionError (exit 1), as dcgm-exporter also stops rather than fall back to a file once
-    `-m` is set. A broken connection is tried once more, as the official client's one retry
-    did.
+    `-m` is set. A connection broken before the answer is tried once more (the Kubernetes
+    client's one retry policy, `Connection`).
     """
     from podgpu.errors import AttributionError, ConfigError
 
@@ -44,13 +43,7 @@ def read_configmap(namespace: str, name: str, key: str = "metrics", *,
     except (NotInCluster, OSError, ValueError) as exc:
         raise AttributionError(f"{where}: no Kubernetes API access: {exc}") from None
     try:
-        for attempt in (1, 2):
-            try:
-                body = conn.get_json(path, timeout=30.0, max_bytes=MAX_CONFIGMAP_BYTES)
-                break
-            except (OSError, http.client.HTTPException):
-                if attempt == 2:
-                    raise
+        body = conn.get_json(path, timeout=30.0, max_bytes=MAX_CONFIGMAP_BYTES)
     except KubeApiError as exc:
         if exc.status == 404:
             raise ConfigError(f"{where}: ConfigMap {name!r} not found in namespace "

@@ -120,6 +120,7 @@ class Connection:
         if self._tls:
             self._ssl = ssl.create_default_context(cafile=config.ca_file or None)
         self._conn: http.client.HTTPConnection | None = None
+        self._interrupted = False
 
     def token(self) -> str:
         """The bearer token now: the file's content (re-read every time) or the fixed token."""
@@ -169,7 +170,12 @@ class Connection:
             raise KubeApiError(200, "OK", "the answer is not a JSON object")
         return body
 
-    def _send(self, target: str, token: str, timeout: float) -> http.client.HTTPResponse:
+    def _send(self, target: str, token: str, timeout: float, *,
+              retry: bool = True) -> http.client.HTTPResponse:
+        """The one retry policy of the Kubernetes API client: a connection that broke before any
+        answer came (closed, reset, broken pipe; an idle keep-alive the server dropped, or a
+        server restarting) is sent once more on a fresh connection, once. Other failures
+        (refused, timed out, TLS) are raised at once."""
         conn = self._conn
         if conn is None:
             if self._ssl is not None:
@@ -182,7 +188,6 @@ class Connection:
         headers = {"Accept": "application/json", "User-Agent": "podgpu"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        reused = conn.sock is not None
         try:
             if conn.sock is None:
                 conn.connect()
@@ -191,12 +196,11 @@ class Connection:
             conn.request("GET", target, headers=headers)
             return conn.getresponse()
         except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            stopped = self._interrupted  # broken on purpose (a deadline, a stop): no retry
             self.close()
-            if not reused:
+            if not retry or stopped:
                 raise
-            # The server closed an idle keep-alive connection: nothing was answered; once more
-            # on a fresh connection.
-            return self._send(target, token, timeout)
+            return self._send(target, token, timeout, retry=False)
         except BaseException:
             self.close()
             raise
@@ -228,6 +232,7 @@ class Connection:
 
     def interrupt(self) -> None:
         """Unblock a thread reading from this connection (a watch): shut its socket down."""
+        self._interrupted = True
         conn = self._conn
         sock = conn.sock if conn is not None else None
         if sock is not None:
@@ -235,6 +240,7 @@ class Connection:
                 sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
+        self._interrupted = False
         conn, self._conn = self._conn, None
         if conn is not None:
             with contextlib.suppress(Exception):
