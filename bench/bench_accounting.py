@@ -2,8 +2,8 @@
 
 Snapshots of a simulated node (tests/fakes/churn_node.py: 8 GPUs, each time-sliced between 12 or
 13 pods, a process per pod, pods replaced as they finish) are made first; then, timed alone,
-`advance(state, prev, cur)` per snapshot (the integrator) and `Accountant.render()` (the text
-added to /metrics each cycle, label text cached between cycles). Reports the median and p99 per
+`advance(state, prev, cur)` per snapshot (the integrator) and `render_sources([accountant])` (the
+text added to /metrics each cycle, as `podgpu serve` renders it). Reports the median and p99 per
 cycle of each, and the two together.
 
     .venv/bin/python bench/bench_accounting.py --cycles 3000 --out bench/results/accounting-DATE.json
@@ -26,6 +26,7 @@ from tests.fakes.churn_node import ChurnNode, Gpu, schedule
 
 from podgpu.accounting import Accountant, Options, State, advance
 from podgpu.sinks.prometheus.labels import LabelOptions
+from podgpu.sinks.prometheus.source import render_sources
 
 
 def pct(values: list[float], q: float) -> float:
@@ -68,7 +69,7 @@ def main(argv: list[str]) -> int:
             c0, t0 = time.thread_time(), time.perf_counter()
             acc.observe(s)
             t1 = time.perf_counter()
-            body = acc.render()
+            body = render_sources([acc])
             t2 = time.perf_counter()
             ren.append(t2 - t1)
             both.append(t2 - t0)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from podgpu.accounting import Accountant
 from podgpu.sinks.prometheus.labels import LabelOptions
+from podgpu.sinks.prometheus.source import render_sources
 from tests.conftest import free_port
 from tests.fakes.churn_node import ChurnNode, Gpu, Pod, Totals, expected, schedule
 from tests.integration.prometheus_peer import ensure_installed
@@ -73,7 +74,7 @@ def scrape_series() -> tuple[dict[Key, list[tuple[float, float]]], list[Pod]]:
             acc, restarted = Accountant(labels), True  # podgpu restarts: counters from 0
         acc.observe(snap)
         if snap.taken_at >= next_scrape:
-            for line in acc.render().splitlines():
+            for line in render_sources([acc]).splitlines():
                 m = _LINE.match(line)
                 if m is None:
                     continue

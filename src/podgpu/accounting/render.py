@@ -20,7 +20,6 @@ from podgpu.sinks.prometheus.labels import (
     short_identity_pairs,
 )
 from podgpu.sinks.prometheus.source import Family, Sample
-from podgpu.sinks.prometheus.text import escape_help, label_pairs
 
 ALLOCATED = "podgpu_pod_gpu_allocated_seconds_total"
 USED = "podgpu_pod_gpu_used_seconds_total"
@@ -51,64 +50,38 @@ def holder_pairs(device: Device, ref: ContainerRef, opts: LabelOptions) -> Pairs
         + tuple(attrs)
 
 
-def render_families(state: State, opts: LabelOptions,
-                    cache: MutableMapping[tuple[HolderKey, int], tuple[str, ...]] | None = None
-                    ) -> str:
-    """The accounting counters in text format 0.0.4. `cache` (each holder's four line prefixes,
-    kept by the caller between cycles) saves rebuilding the labels of a steady node."""
-    if cache is None:
-        cache = {}
-    rows: list[tuple[tuple[str, ...], Entry]] = []
-    for key, e in state.entries.items():
-        ck = (key, e.device.index)
-        prefixes = cache.get(ck)
-        if prefixes is None:
-            labels = label_pairs(holder_pairs(e.device, e.ref, opts))
-            prefixes = cache[ck] = tuple(f"{name}{{{labels}}} " for name, _ in FAMILIES)
-        rows.append((prefixes, e))
-    rows.sort(key=lambda row: row[1].device.index)
-    out: list[str] = []
-    if rows:
-        for i, (name, help_text) in enumerate(FAMILIES):
-            out.append(f"# HELP {name} {escape_help(help_text)}\n# TYPE {name} counter\n")
-            field = _FIELDS[i]
-            out.extend(f"{prefixes[i]}{e[field]!r}\n" for prefixes, e in rows)
-    if state.unattributed:
-        out.append(f"# HELP {UNATTRIBUTED} {escape_help(UNATTRIBUTED_HELP)}\n"
-                   f"# TYPE {UNATTRIBUTED} counter\n")
-        for gpu_uuid in sorted(state.unattributed):
-            g = state.unattributed[gpu_uuid]
-            out.append(f"{UNATTRIBUTED}{{{label_pairs(short_identity_pairs(g.device, opts))}}}"
-                       f" {g.joules!r}\n")
-    out.append(f"# HELP {SKIPPED} {escape_help(SKIPPED_HELP)}\n"
-               f"# TYPE {SKIPPED} counter\n{SKIPPED} {state.skipped_seconds!r}\n")
-    return "".join(out)
-
-
-_FIELDS = tuple(Entry._fields.index(f) for f in ("allocated_seconds", "used_seconds",
-                                                 "energy_joules", "memory_byte_seconds"))
-
-
 UNATTRIBUTED_HELP = ("Joules of the GPU's energy counter while no container held it (pods + this "
                      "= the device's increase).")
 SKIPPED_HELP = ("Seconds between snapshots too far apart to integrate (podgpu stalled); not in "
                 "any accounting counter.")
 
 
-def families(state: State, opts: LabelOptions) -> Iterator[Family]:
-    """The same families as `render_families`, as data (the MetricSource form,
-    sinks/prometheus/source.py); `render_families` is the per-cycle fast path of the same text."""
-    entries = sorted(state.entries.values(), key=lambda e: e.device.index)
-    labels = [holder_pairs(e.device, e.ref, opts) for e in entries]
-    for i, (name, help_text) in enumerate(FAMILIES):
-        field = _FIELDS[i]
-        yield Family(name, help_text, "counter",
-                     tuple(Sample(lb, float(e[field]))  # type: ignore[arg-type]
-                           for lb, e in zip(labels, entries, strict=True)))
-    yield Family(UNATTRIBUTED, UNATTRIBUTED_HELP, "counter", tuple(
+def families(state: State, opts: LabelOptions,
+             cache: MutableMapping[tuple[HolderKey, int], Pairs] | None = None) -> list[Family]:
+    """The accounting counters as metric families (rendered by sinks/prometheus/source.py with
+    every other source's): holders in device order, GPUs by UUID. `cache` (each holder's label
+    pairs, kept by the caller between cycles) saves rebuilding the labels of a steady node; the
+    same tuple in every cycle also lets the renderer reuse its label text."""
+    if cache is None:
+        cache = {}
+    rows: list[tuple[Pairs, tuple[float, float, float, float]]] = []
+    for key, e in sorted(state.entries.items(), key=_device_index):
+        ck = (key, e.device.index)
+        labels = cache.get(ck)
+        if labels is None:
+            labels = cache[ck] = holder_pairs(e.device, e.ref, opts)
+        rows.append((labels, e[2:6]))  # allocated, used, energy, memory: FAMILIES' order
+    out = [Family(name, help_text, "counter", tuple([Sample(lb, v[i]) for lb, v in rows]))
+           for i, (name, help_text) in enumerate(FAMILIES)]
+    out.append(Family(UNATTRIBUTED, UNATTRIBUTED_HELP, "counter", tuple(
         Sample(short_identity_pairs(g.device, opts), g.joules)
-        for _, g in sorted(state.unattributed.items())))
-    yield Family(SKIPPED, SKIPPED_HELP, "counter", (Sample((), state.skipped_seconds),))
+        for _, g in sorted(state.unattributed.items()))))
+    out.append(Family(SKIPPED, SKIPPED_HELP, "counter", (Sample((), state.skipped_seconds),)))
+    return out
+
+
+def _device_index(item: tuple[HolderKey, Entry]) -> int:
+    return item[1].device.index
 
 
 def emf_items(state: State, opts: LabelOptions) -> Iterator[tuple[Pairs, list[tuple[str, float]]]]:

@@ -1,8 +1,8 @@
 """The accounting state of a running `podgpu serve`: one `observe()` per snapshot on the collect
-thread, rendered with the exposition from the same thread.
+thread; its `families()` are a MetricSource rendered with /metrics from the same thread.
 
 The only mutable part of accounting: it holds the last snapshot and the state `advance` returned
-for it, and a label-text cache bounded by the live holders.
+for it, and a cache of each holder's label pairs bounded by the live holders.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from podgpu.accounting.integrate import Options, State, advance
-from podgpu.accounting.render import emf_items, families, render_families
+from podgpu.accounting.render import emf_items, families
 from podgpu.accounting.shares import FIELDS, HolderKey
 from podgpu.fields.catalog import Field, lookup
 from podgpu.model import Snapshot
@@ -51,14 +51,14 @@ class _WithAccountingFields:
 
 
 class Accountant:
-    """Integrates every snapshot it is shown; renders the totals as a metric family source."""
+    """Integrates every snapshot it is shown; its totals are a metric family source."""
 
     def __init__(self, labels: LabelOptions, options: Options = Options()) -> None:  # noqa: B008
         self._labels = labels
         self._options = options
         self._prev: Snapshot | None = None
         self.state = State()
-        self._cache: dict[tuple[HolderKey, int], tuple[str, ...]] = {}
+        self._cache: dict[tuple[HolderKey, int], Pairs] = {}
 
     def observe(self, snapshot: Snapshot) -> None:
         """Advance by one snapshot. A snapshot not newer than the last (a clock stepped back) only
@@ -69,21 +69,16 @@ class Accountant:
         self.state = advance(self.state, prev, snapshot, self._options)
         self._prev = snapshot
 
-    def render(self) -> str:
-        """The counter families for /metrics (text format 0.0.4)."""
-        if len(self._cache) > 2 * len(self.state.entries) + 64:
-            self._cache.clear()
-        return render_families(self.state, self._labels, self._cache)
-
     def fields_target(self, collector: UsesFields) -> UsesFields:
         """What a metric-list switch should be applied to: the collector, keeping accounting's
         fields."""
         return _WithAccountingFields(collector)
 
-    def families(self) -> Iterator[Family]:
-        """The counters as a MetricSource (sinks/prometheus/source.py); `render()` is the same
-        text, faster (label text cached between cycles)."""
-        return families(self.state, self._labels)
+    def families(self) -> list[Family]:
+        """The counters as a MetricSource (sinks/prometheus/source.py renders them)."""
+        if len(self._cache) > 2 * len(self.state.entries) + 64:
+            self._cache.clear()
+        return families(self.state, self._labels, self._cache)
 
     def emf_items(self) -> Iterator[tuple[Pairs, list[tuple[str, float]]]]:
         """(label pairs, [(counter, total)]) per holder for the EMF sink."""

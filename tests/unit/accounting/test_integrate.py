@@ -145,26 +145,6 @@ def test_a_lost_device_credits_nothing_and_a_first_snapshot_starts_at_zero() -> 
     assert entry(state, GPU0, A)[:3] == (1.0, 1.0, 0.0)
 
 
-def test_the_fast_render_is_the_metric_source_render() -> None:
-    """Accountant.render() (label text cached) prints exactly what its families() give through
-    the one renderer of sinks/prometheus/source.py, on a node with a MIG GPU and an idle one."""
-    from podgpu.accounting import Accountant
-    from podgpu.sinks.prometheus.labels import LabelOptions
-    from podgpu.sinks.prometheus.source import render_sources
-
-    acc = Accountant(LabelOptions(hostname="n1", pod_labels=True))
-    labelled = ContainerRef("ml", "a", "main", pod_labels=(("team", "vision"),))
-    held = (Allocation("MIG-3", labelled, "nvidia.com/mig-3g.40gb", "MIG-3"),)
-    for t in range(3):
-        acc.observe(snap(t, [gpu(GPU0, mj=1000 * t), gpu(GPU1, mj=5000 * t),
-                             gpu(MIG3, gr=0.5)], held))
-        assert acc.render() == render_sources([acc])
-    text = acc.render()
-    assert 'team="vision"' in text and 'GPU_I_ID="2"' in text
-    assert 'podgpu_gpu_unattributed_energy_joules_total{gpu="0",UUID="GPU-a",Hostname="n1"} 2.0' \
-        in text
-
-
 def test_memory_stays_bounded_under_churn() -> None:
     """A new pod every second for an hour (3,600 pods): the state never holds more than the
     pods of the last grace period (60 s) plus one look-up interval."""

@@ -158,6 +158,7 @@ def test_the_live_view_accounting_and_emf_see_a_simulated_mig_instance_as_a_real
     from podgpu.sinks.cloudwatch.series import SeriesBuilder, SeriesOptions
     from podgpu.sinks.live.view import ViewOptions, build_view
     from podgpu.sinks.prometheus.labels import LabelOptions
+    from podgpu.sinks.prometheus.source import render_sources
 
     s = parse_scenario(doc(pod("mig-pod", {"gpu": 0, "instance": 1})))
     clock = FakeClock()
@@ -178,7 +179,7 @@ def test_the_live_view_accounting_and_emf_see_a_simulated_mig_instance_as_a_real
     assert gi1["mig"] is not None and gi1["mig"]["profile"] == "3g.40gb"
     assert [h["pod"] for h in gi1["holders"]] == ["mig-pod"]
     assert {d["gpu"] for d in view["devices"]} == {"0/gi1", "0/gi2"}  # -d f: no parent
-    text = acct.render()
+    text = render_sources([acct])
     line = next(ln for ln in text.splitlines()
                 if ln.startswith("podgpu_pod_gpu_allocated_seconds_total{"))
     assert 'GPU_I_ID="1"' in line and 'pod="mig-pod"' in line

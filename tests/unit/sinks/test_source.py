@@ -36,3 +36,15 @@ def test_families_render_to_text_the_reference_parser_reads_back() -> None:
 def test_a_family_without_samples_is_left_out() -> None:
     assert render([Family("x_empty", "nothing", "gauge", ()), gauge("x_one", "one", 1)]) == (
         "# HELP x_one one\n# TYPE x_one gauge\nx_one 1\n")
+
+
+def test_values_are_formatted_as_the_text_format_spells_them() -> None:
+    """Counts as integers, floats as their shortest round-trip form (exponent past 1e16), and
+    the non-finite as NaN, +Inf and -Inf (Python's repr says nan and inf)."""
+    values = [3, 0.1, 2.0, 3.152519739159347e16, 1e20, float("nan"), float("inf"), float("-inf")]
+    text = render([Family("x", "x", "gauge", tuple(Sample((("i", str(i)),), v)
+                                                   for i, v in enumerate(values)))])
+    assert [ln.split()[-1] for ln in text.splitlines()[2:]] == [
+        "3", "0.1", "2.0", "3.152519739159347e+16", "1e+20", "NaN", "+Inf", "-Inf"]
+    parsed = next(iter(text_string_to_metric_families(text))).samples
+    assert [s.value for s in parsed][:5] == [3, 0.1, 2.0, 3.152519739159347e16, 1e20]

@@ -2,25 +2,34 @@
 
 A component that has something to report is a `MetricSource`: `families()` returns what it knows
 now (client_python's collector idea, node_exporter's per-collector update), and `render` turns
-any number of them into text-format lines. No component formats exposition text by hand, so HELP
-and TYPE, label escaping and number formatting are the same everywhere. The DCGM-compatible
-families keep their own renderer (exposition.py): their names and formatting are a contract.
+any number of them into text-format lines, so HELP and TYPE, label escaping and number
+formatting are the same for all of them: the collect loop's self-metrics, accounting's counters,
+the EMF sink's, the bridge's and the listener's. Two renderers remain beside this one: the
+DCGM-compatible families' (exposition.py: their names and `%f` formatting are a contract) and
+the per-pod allocation and usage gauges' (pods.py), both with text.py's primitives.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from math import isfinite
+from typing import NamedTuple, Protocol
 
 from podgpu.sinks.prometheus.text import family_header, format_seconds, label_pairs
 
 Labels = tuple[tuple[str, str], ...]
 
+LABEL_TEXT_CACHE = 4096
+"""Label sets whose escaped text is kept between renders (least recently used go first). A
+source that hands over the same label tuples every cycle (the accountant keeps one per holder)
+pays for the escaping once; a render with more distinct label sets than this is only slower."""
 
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One line: `suffix` is appended to the family name (`_sum`, `_count` of a summary)."""
+
+class Sample(NamedTuple):
+    """One line: `suffix` is appended to the family name (`_sum`, `_count` of a summary). A
+    tuple, not a dataclass: a busy node's accounting makes hundreds per render."""
 
     labels: Labels
     value: float
@@ -61,18 +70,27 @@ def _number(value: float) -> str:
     return str(int(value)) if isinstance(value, int) else format_seconds(value)
 
 
+@functools.lru_cache(maxsize=LABEL_TEXT_CACHE)
+def _label_text(labels: Labels) -> str:
+    return label_pairs(labels)
+
+
 def render(families: Iterable[Family]) -> str:
     """The text-format lines of `families`, in order."""
     out: list[str] = []
+    add = out.append
     for fam in families:
         if not fam.samples:
             continue
-        out.append(family_header(fam.name, fam.help, fam.type))
-        for s in fam.samples:
-            head = fam.name + s.suffix
-            body = _number(s.value)
-            out.append(f"{head}{{{label_pairs(s.labels)}}} {body}\n" if s.labels
-                       else f"{head} {body}\n")
+        add(family_header(fam.name, fam.help, fam.type))
+        name = fam.name
+        for labels, value, suffix in fam.samples:
+            # the common case (a finite float) inline: a busy node renders hundreds per cycle
+            body = repr(value) if value.__class__ is float and isfinite(value) else _number(value)
+            if labels:
+                add(f"{name}{suffix}{{{_label_text(labels)}}} {body}\n")
+            else:
+                add(f"{name}{suffix} {body}\n")
     return "".join(out)
 
 

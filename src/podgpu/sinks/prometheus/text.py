@@ -43,5 +43,8 @@ def family_header(name: str, help_text: str, prom_type: str) -> str:
 
 
 def format_seconds(value: float) -> str:
-    """podgpu's own float metrics: shortest round-trip repr, as client libraries print them."""
-    return repr(float(value))
+    """podgpu's own float metrics: shortest round-trip repr, as client libraries print them; the
+    non-finite as the text format spells them (`NaN`, `+Inf`, `-Inf`; repr says `nan`, `inf`)."""
+    if math.isfinite(value):
+        return repr(float(value))
+    return "NaN" if math.isnan(value) else "+Inf" if value > 0 else "-Inf"
