@@ -17,20 +17,38 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 
+Wait = Callable[[Mapping[Any, Future[Any]], float], None]
+"""How `Workers.run` waits for one run's futures (key -> future): it returns once every one is
+done or the seconds have passed, whichever comes first. Production waits on the real clock
+(`wait_all`); tests pass one that returns as soon as every worker has answered or is parked in
+an injected hang, so a deadline costs them no real time."""
+
+
+def wait_all(futures: Mapping[Any, Future[Any]], seconds: float) -> None:
+    """Wait until every future is done or `seconds` (real time) have passed."""
+    end = time.monotonic() + seconds
+    for fut in futures.values():
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        with contextlib.suppress(Exception):  # the caller reads each outcome itself
+            fut.result(timeout=left)
+
 
 class Workers:
     """`run(jobs, deadline)` runs each (key, fn) on that key's worker and waits up to `deadline`
     seconds in all; `stuck(key)` says whether a key's previous job has not returned yet."""
 
-    def __init__(self, name: str = "podgpu-nvml") -> None:
+    def __init__(self, name: str = "podgpu-nvml", *, wait: Wait = wait_all) -> None:
         self._name = name
+        self._wait = wait
         self._queues: dict[Hashable, queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]
                                                        | None]] = {}
         self._busy: dict[Hashable, tuple[Future[Any], float]] = {}
@@ -56,13 +74,7 @@ class Workers:
             self._queue(key).put((fn, fut))
             self._busy[key] = (fut, start)
             futures[key] = fut
-        end = start + deadline
-        for fut in futures.values():
-            left = end - time.monotonic()
-            if left <= 0:
-                break
-            with contextlib.suppress(Exception):  # the caller reads each outcome itself
-                fut.result(timeout=left)
+        self._wait(futures, deadline)
         return futures
 
     def close(self) -> None:

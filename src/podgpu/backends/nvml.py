@@ -23,7 +23,7 @@ from types import MappingProxyType, ModuleType
 
 from podgpu.backends import nvml_lib
 from podgpu.backends.base import Reading
-from podgpu.backends.deadline import Workers
+from podgpu.backends.deadline import Wait, Workers, wait_all
 from podgpu.backends.derived import DCGM_EXPORTER_INTERVAL
 from podgpu.backends.lost import HUNG_CODE, lost_sample, with_instances
 from podgpu.backends.nvml_events import EventWatcher
@@ -58,7 +58,10 @@ class NvmlBackend:
         retry_seconds: float = 2.0,
         read_timeout_seconds: float = DEFAULT_READ_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
+        read_wait: Wait = wait_all,
     ) -> None:
+        """`read_wait`: how a cycle waits for the GPUs' workers up to `read_timeout_seconds`
+        (backends/deadline.py; tests pass one that needs no real time)."""
         self._module = pynvml_module
         self._xid_window = xid_window_seconds
         self._clock_window = clock_events_window_seconds
@@ -71,7 +74,8 @@ class NvmlBackend:
         self._info: dict[str, str] = {}
         self._events: EventWatcher | None = None
         self._read_timeout = read_timeout_seconds
-        self._workers = Workers()
+        self._read_wait = read_wait
+        self._workers = Workers(wait=read_wait)
         self._plans: dict[tuple[str, ...], Plan] = {}
         self._unknown: dict[str, str] = {}
         self._mig_dirty = False
@@ -155,7 +159,7 @@ class NvmlBackend:
         self._workers.run(((i, r.close) for i, r in self._runners.items()
                            if self._workers.stuck(i) is None), 1.0)
         self._workers.close()
-        self._workers = Workers()
+        self._workers = Workers(wait=self._read_wait)
         if self._lib is not None:
             with contextlib.suppress(Exception):
                 self._lib.m.nvmlShutdown()

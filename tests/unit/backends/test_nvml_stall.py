@@ -1,35 +1,47 @@
 """A hang at discovery, rediscovery, MIG enumeration or the P2P matrix stalls one
 GPU, never the collect loop. The hang is injected in the fake binding (FakeGpu.hold/hold_only: the
-named NVML functions block on that GPU as a call into a wedged driver does); the loop is the real
-CollectLoop at a 0.2 s interval. "Keeps its interval" is a ratio measured in the same run: cycles
-published while the hang is held against cycles published over an equal window without it (a
-stalled loop publishes none)."""
+named NVML functions block on that GPU as a call into a wedged driver does), and the read
+deadline is counted, not waited for: the backend's `read_wait` returns as soon as every GPU's
+worker has answered or is parked in a hang, as the real one does when the deadline passes.
+Cycles are the real Collector's, run one by one on the test thread, a fake clock moved by the
+collect interval before each. "Never the loop" is checked
+three ways: every cycle returns while the hung worker is still parked, each cycle waited with
+the read deadline, and no hung function was ever called on the cycle's own thread."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from contextlib import contextmanager
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from podgpu.backends.nvml import NvmlBackend
-from podgpu.collect import CollectLoop, Collector
+from podgpu.collect import Collector
 from podgpu.fields.catalog import BY_NAME, CATALOG, Field
 from podgpu.model import Snapshot
+from tests.conftest import FakeClock
 from tests.fakes.fake_pynvml import FakeGpu, FakeMig, FakeNvml
 
-pytestmark = pytest.mark.slow  # each test waits through real read deadlines
-
 INTERVAL = 0.2
+"""Seconds the fake clock moves per cycle, as the collect loop's interval would (GPM sample
+pairs need 0.1 s between them: with a clock that stood still each cycle would sleep for it)."""
 DEADLINE = 0.1
-WINDOW = 1.6
+"""The read deadline handed to the backend; the fake wait checks it is what each cycle waits."""
+CYCLES = 4
+"""Cycles run while a hang is held: enough for a loss to be noticed and the peers to change."""
+SAFETY = 30.0
+"""Real seconds after which a wait that should end at once fails the test instead of hanging."""
 FIELDS = tuple(BY_NAME[n] for n in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
                                     "DCGM_EXP_GPU_HEALTH_STATUS", "DCGM_EXP_P2P_STATUS",
                                     "DCGM_FI_DEV_FB_USED"))
+
+_parked = threading.Condition()  # guards every Hang.parked; notified on park and on a job's end
 
 
 def gpus(n: int) -> list[FakeGpu]:
@@ -37,62 +49,127 @@ def gpus(n: int) -> list[FakeGpu]:
                     bus_id=f"00000000:{0x18 + i:02X}:00.0") for i in range(n)]
 
 
+class Hang(threading.Event):
+    """A wedged driver call: blocks the calling thread until set, and says which threads are
+    parked in it. A call from the cycle's own thread is recorded (it would stall the loop) and
+    not blocked, so the test fails instead of hanging."""
+
+    def __init__(self, cycle_thread: int) -> None:
+        super().__init__()
+        self.cycle_thread = cycle_thread
+        self.parked: set[str] = set()
+        self.on_cycle_thread: list[str] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        me = threading.current_thread()
+        if me.ident == self.cycle_thread:
+            self.on_cycle_thread.append(me.name)
+            return True
+        with _parked:
+            self.parked.add(me.name)
+            _parked.notify_all()
+        try:
+            return super().wait(timeout)
+        finally:
+            with _parked:
+                self.parked.discard(me.name)
+
+
+class ReadWait:
+    """The backend's `read_wait`: returns once each GPU's future is done or its worker is
+    parked in that GPU's Hang (the deadline passing, without the waiting). Keeps each key's last
+    future, so a released GPU's abandoned job can be waited for."""
+
+    def __init__(self, nv: FakeNvml) -> None:
+        self._nv = nv
+        self.deadlines: list[float] = []
+        self.last: dict[int, Future[Any]] = {}
+
+    def __call__(self, futures: Mapping[Any, Future[Any]], seconds: float) -> None:
+        self.deadlines.append(seconds)
+        self.last.update(futures)
+        for fut in futures.values():
+            fut.add_done_callback(_notify)
+        with _parked:
+            ok = _parked.wait_for(lambda: all(f.done() or self._parked(k)
+                                              for k, f in futures.items()), SAFETY)
+        assert ok, "a GPU's worker neither answered nor parked in a hang"
+
+    def _parked(self, key: int) -> bool:
+        hold = self._nv.gpus[key].hold
+        return (isinstance(hold, Hang) and not hold.is_set()
+                and f"podgpu-nvml-{key}" in hold.parked)
+
+
+def _notify(_fut: Future[Any]) -> None:
+    with _parked:
+        _parked.notify_all()
+
+
 class Loop:
-    """A real collect loop over the NVML backend, counting the snapshots it publishes."""
+    """The real Collector over the NVML backend, one cycle per call, on the test thread."""
 
-    def __init__(self, backend: NvmlBackend, fields: tuple[Field, ...] = FIELDS) -> None:
+    def __init__(self, backend: NvmlBackend, wait: ReadWait, clock: FakeClock,
+                 fields: tuple[Field, ...] = FIELDS) -> None:
         self.snaps: list[Snapshot] = []
-        self._lock = threading.Lock()
-        self.loop = CollectLoop(Collector(backend, fields, want_processes=True), INTERVAL,
-                                self._publish)
+        self.wait = wait
+        self._clock = clock
+        self._collector = Collector(backend, fields, want_processes=True)
 
-    def _publish(self, snap: Snapshot, _seconds: float) -> None:
-        with self._lock:
-            self.snaps.append(snap)
-
-    def cycles_in(self, seconds: float) -> int:
-        with self._lock:
-            before = len(self.snaps)
-        time.sleep(seconds)
-        with self._lock:
-            return len(self.snaps) - before
+    def cycles(self, n: int = CYCLES) -> int:
+        """Run n cycles; how many published a snapshot (all of them, unless one stalled)."""
+        before = len(self.snaps)
+        for _ in range(n):
+            self._clock.advance(INTERVAL)
+            self.snaps.append(self._collector.cycle())
+        return len(self.snaps) - before
 
     def last(self) -> Snapshot:
-        with self._lock:
-            return self.snaps[-1]
+        return self.snaps[-1]
 
 
 @contextmanager
 def running(nv: FakeNvml, fields: tuple[Field, ...] = FIELDS, **kw: float
             ) -> Iterator[tuple[NvmlBackend, Loop]]:
-    b = NvmlBackend(pynvml_module=nv, read_timeout_seconds=DEADLINE, **kw)  # type: ignore[arg-type]
+    wait = ReadWait(nv)
+    clock = FakeClock()
+    nv.clock = clock
+    b = NvmlBackend(pynvml_module=nv, read_timeout_seconds=DEADLINE,  # type: ignore[arg-type]
+                    read_wait=wait, clock=clock, **kw)
     b.open()
-    loop = Loop(b, fields)
-    loop.loop.start()
     try:
-        yield b, loop
+        yield b, Loop(b, wait, clock, fields)
     finally:
         for g in nv.gpus:
             if g.hold is not None:
                 g.hold.set()
-        loop.loop.stop()
         b.close()
+    assert wait.deadlines and set(wait.deadlines) <= {DEADLINE, 1.0}  # 1.0: close()'s
 
 
-def hang(gpu: FakeGpu, *names: str) -> threading.Event:
-    gpu.hold, gpu.hold_only = threading.Event(), frozenset(names)
-    return gpu.hold
+def hang(gpu: FakeGpu, *names: str) -> Hang:
+    hold = Hang(threading.get_ident())
+    gpu.hold, gpu.hold_only = hold, frozenset(names)
+    return hold
 
 
-def release(gpu: FakeGpu) -> None:
-    assert gpu.hold is not None
+def release(loop: Loop, gpu: FakeGpu) -> None:
+    """Let the hung call return, and wait for the job it held to end (the worker is free)."""
+    assert isinstance(gpu.hold, Hang)
     hold, gpu.hold, gpu.hold_only = gpu.hold, None, frozenset()
+    assert not hold.on_cycle_thread, f"hung on the cycle's thread: {hold.on_cycle_thread}"
     hold.set()
+    fut = loop.wait.last.get(gpu.minor)
+    if fut is not None:
+        done, _ = concurrent.futures.wait([fut], SAFETY)
+        assert done, f"gpu{gpu.minor}'s job did not end after its hang was released"
 
 
-def assert_keeps_interval(held: int, free: int) -> None:
-    assert free > 0
-    assert held / free >= 0.5, f"{held} cycles while a GPU hung vs {free} without"
+def assert_keeps_cycling(loop: Loop, hold: Hang, key: int) -> None:
+    """CYCLES cycles publish while the GPU's worker stays parked in its hang."""
+    assert loop.cycles() == CYCLES
+    assert f"podgpu-nvml-{key}" in hold.parked
+    assert not hold.on_cycle_thread
 
 
 def indexes(snap: Snapshot) -> list[int]:
@@ -103,35 +180,32 @@ def test_hang_at_discovery_stalls_one_gpu_not_open_nor_the_loop() -> None:
     nv = FakeNvml(gpus(3))
     hold = hang(nv.gpus[1], "nvmlDeviceGetHandleByIndex")
     with running(nv) as (_b, loop):
-        held = loop.cycles_in(WINDOW)
+        assert_keeps_cycling(loop, hold, 1)
         snap = loop.last()
         assert indexes(snap) == [0, 2]
         assert [d for d, _ in snap.lost_devices] == ["gpu1"]
-        assert hold is nv.gpus[1].hold
-        release(nv.gpus[1])
-        free = loop.cycles_in(WINDOW)
+        release(loop, nv.gpus[1])
+        loop.cycles(1)
         assert indexes(loop.last()) == [0, 1, 2]  # discovered once its call returned
-    assert_keeps_interval(held, free)
 
 
 def test_hang_at_rediscovery_keeps_the_lost_gpu_series_and_the_loop() -> None:
     nv = FakeNvml(gpus(2))
-    with running(nv, retry_seconds=0.05) as (_b, loop):
-        free = loop.cycles_in(WINDOW)
+    with running(nv, retry_seconds=0.0) as (_b, loop):
+        loop.cycles(1)
         nv.gpus[1].lost = True
-        time.sleep(3 * INTERVAL)
-        hang(nv.gpus[1], "nvmlDeviceGetHandleByUUID")  # it comes back, and the first call hangs
+        loop.cycles(1)
+        hold = hang(nv.gpus[1], "nvmlDeviceGetHandleByUUID")  # it comes back; the call hangs
         nv.gpus[1].lost = False
-        held = loop.cycles_in(WINDOW)
+        assert_keeps_cycling(loop, hold, 1)
         snap = loop.last()
         assert indexes(snap) == [0]
         (gone,) = [s for s in snap.samples if s.lost is not None]
         assert gone.device.uuid == nv.gpus[1].uuid
         assert gone.values["DCGM_FI_DEV_XID_ERRORS"] == 79  # still alerting while it hangs
-        release(nv.gpus[1])
-        time.sleep(4 * INTERVAL)
+        release(loop, nv.gpus[1])
+        loop.cycles(1)
         assert indexes(loop.last()) == [0, 1]
-    assert_keeps_interval(held, free)
 
 
 def test_hang_at_mig_enumeration_stalls_one_gpu_not_the_loop() -> None:
@@ -143,32 +217,32 @@ def test_hang_at_mig_enumeration_stalls_one_gpu_not_the_loop() -> None:
                                                          free=71 * 2**30, reserved=0))])
     nv = FakeNvml([gpus(1)[0], mig_gpu])
     with running(nv) as (b, loop):
-        free = loop.cycles_in(WINDOW)
-        hang(mig_gpu, "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount")
-        b._mark_mig_dirty()  # what the event thread does on nvmlEventMigConfigChange
-        held = loop.cycles_in(WINDOW)
-        assert indexes(loop.last()) == [0]
-        release(mig_gpu)
-        time.sleep(4 * INTERVAL)
+        loop.cycles(1)
         assert indexes(loop.last()) == [0, 1]
-    assert_keeps_interval(held, free)
+        hold = hang(mig_gpu, "nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount")
+        b._mark_mig_dirty()  # what the event thread does on nvmlEventMigConfigChange
+        assert_keeps_cycling(loop, hold, 1)
+        assert indexes(loop.last()) == [0]
+        release(loop, mig_gpu)
+        loop.cycles(1)
+        assert indexes(loop.last()) == [0, 1]
 
 
 def test_hang_in_the_p2p_matrix_stalls_one_gpu_not_the_loop() -> None:
     nv = FakeNvml(gpus(3))
-    with running(nv, retry_seconds=0.05) as (_b, loop):
-        free = loop.cycles_in(WINDOW)
-        hang(nv.gpus[0], "nvmlDeviceGetP2PStatus")
+    with running(nv, retry_seconds=0.0) as (_b, loop):
+        loop.cycles(1)
+        assert indexes(loop.last()) == [0, 1, 2]
+        hold = hang(nv.gpus[0], "nvmlDeviceGetP2PStatus")
         nv.gpus[2].lost = True  # the set of live peers changes: every GPU asks its row again
-        held = loop.cycles_in(WINDOW)
+        assert_keeps_cycling(loop, hold, 0)
         assert indexes(loop.last()) == [1]
-        release(nv.gpus[0])
-        time.sleep(4 * INTERVAL)
+        release(loop, nv.gpus[0])
+        loop.cycles(1)
         assert indexes(loop.last()) == [0, 1]
         p2p = [lv for s in loop.last().samples if s.device.index == 0 for lv in s.labeled
                if lv.field == "DCGM_EXP_P2P_STATUS"]
         assert [dict(lv.labels)["peer_gpu"] for lv in p2p] == ["1"]
-    assert_keeps_interval(held, free)
 
 
 def _per_gpu_functions() -> list[str]:
@@ -207,12 +281,12 @@ def test_a_hang_in_any_per_gpu_nvml_function_stalls_one_gpu_never_the_loop(
     gpu0.proc_samples = [(4242, 1, 50)]
     hung = [_mig_gpu(i + 1) for i in range(len(functions))]
     nv = FakeNvml([gpu0, *hung])
-    for gpu, function in zip(hung, functions, strict=True):
-        hang(gpu, function)
-    with running(nv, tuple(CATALOG), retry_seconds=0.05) as (_b, loop):
-        held = loop.cycles_in(WINDOW / 2)
+    holds = [hang(gpu, function) for gpu, function in zip(hung, functions, strict=True)]
+    with running(nv, tuple(CATALOG), retry_seconds=0.0) as (_b, loop):
+        assert loop.cycles() == CYCLES
         assert 0 in indexes(loop.last())
+        assert not [h.on_cycle_thread for h in holds if h.on_cycle_thread]
         for gpu in hung:
-            release(gpu)
-        free = loop.cycles_in(WINDOW / 2)
-    assert_keeps_interval(held, free)
+            release(loop, gpu)
+        assert loop.cycles() == CYCLES
+        assert 0 in indexes(loop.last())
