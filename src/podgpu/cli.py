@@ -14,10 +14,10 @@ takes over once it serves.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from podgpu import signals
 
 if TYPE_CHECKING:
     import argparse
@@ -75,26 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _ignore_sighup(_signum: int, _frame: object) -> None:
-    # No import and no logging here: the handler can run in the middle of an import (of logging
-    # itself: a partially initialised module raised out of the import and killed serve). One
-    # write(2) to stderr is safe at any point. docs/decisions/0020-sighup-from-the-first-line.md
-    os.write(2, b"podgpu: SIGHUP during start-up: ignored (send it again once serving)\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or (args[0].startswith("-") and args[0] not in ("-h", "--help")):
         args.insert(0, "serve")  # dcgm-exporter style: flags only
     name, rest = args[0], args[1:]
     if name in DAEMONS:  # first, before any slow import
-        signal.signal(signal.SIGHUP, _ignore_sighup)
-        if argv is None:  # a real process: SIGINT ends start-up as SIGTERM's default does, never
-            # a KeyboardInterrupt that a start-up step could swallow; the server's own graceful
-            # SIGINT/SIGTERM handlers take over once it serves (http/server.py, bridge/run.py)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-    elif argv is None and hasattr(signal, "SIGPIPE"):  # `podgpu plan | head`: end quietly
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signals.ignore_sighup_at_start()
+        if argv is None:  # a real process; the server's graceful handlers take over once it
+            signals.end_on_sigint_at_start()  # serves (http/server.py, bridge/run.py)
+    elif argv is None:
+        signals.end_quietly_on_sigpipe()
     cmd = COMMANDS.get(name)
     if cmd is None:
         build_parser().parse_args(args)  # --help, --version, or a usage error (exit 2)

@@ -1,5 +1,16 @@
-"""Signals on an asyncio loop that a storm of them cannot turn into tracebacks, lose, or use to
-kill a graceful stop.
+"""The one module that installs signal handlers: every policy podgpu has is a function here, so
+what a signal does at each stage of a process is read in one place.
+
+The stages, in order:
+
+- **Start-up** (`cli.main`'s first line, before any slow import): `ignore_sighup_at_start`
+  (a reload signal sent while podgpu starts never kills it), `end_on_sigint_at_start` (SIGINT
+  ends start-up as SIGTERM's default does, never a KeyboardInterrupt a start-up step could
+  swallow), and for the one-shot commands `end_quietly_on_sigpipe` (`podgpu plan | head`). This
+  module imports nothing slow at its top for that reason: asyncio and socket load only when a
+  loop takes signals.
+- **Serving on an event loop** (`http.server`, `http.sighup`): `on_signal` / `off_signal`.
+- **The bridge without a listener** (a plain thread loop): `stop_on_termination`.
 
 `loop.add_signal_handler` has the C-level handler write each signal's number to the loop's wakeup
 socket with `warn_on_full_buffer` on, and dispatches by those bytes: a storm faster than the loop
@@ -21,14 +32,66 @@ pending one).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import os
 import signal
-import socket
-from collections.abc import Callable
-from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
+    import socket
+    from collections.abc import Callable
+    from types import FrameType
 
 _wakeups: dict[asyncio.AbstractEventLoop, tuple[socket.socket, socket.socket, set[int]]] = {}
+
+TERMINATION = (signal.SIGTERM, signal.SIGINT)
+"""The signals that stop a daemon gracefully once it serves."""
+
+
+# --- start-up -------------------------------------------------------------------------------
+
+
+def _sighup_at_start(_sig: int, _frame: FrameType | None) -> None:
+    # No import and no logging here: the handler can run in the middle of an import (of logging
+    # itself: a partially initialised module raised out of the import and killed serve). One
+    # write(2) to stderr is safe at any point. docs/decisions/0020-sighup-from-the-first-line.md
+    os.write(2, b"podgpu: SIGHUP during start-up: ignored (send it again once serving)\n")
+
+
+def ignore_sighup_at_start() -> None:
+    """SIGHUP writes one line and is otherwise ignored until a server takes it over."""
+    signal.signal(signal.SIGHUP, _sighup_at_start)
+
+
+def end_on_sigint_at_start() -> None:
+    """SIGINT gets its default action (the process ends, killed by the signal) until a server's
+    graceful handler takes over. Only for a real process: a test calling `main` keeps its own."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def end_quietly_on_sigpipe() -> None:
+    """A closed stdout (`podgpu plan | head`) ends the process without a BrokenPipeError
+    traceback. Only for a real process, and only where the platform has SIGPIPE."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+
+# --- a plain thread loop --------------------------------------------------------------------
+
+
+def stop_on_termination(stop: Callable[[], object]) -> None:
+    """SIGTERM and SIGINT call `stop` (from the main thread, between two bytecodes: it must only
+    set a flag) for the rest of the process: a storm calls it again, never kills the stop."""
+
+    def handler(_sig: int, _frame: FrameType | None) -> None:
+        stop()
+
+    for sig in TERMINATION:
+        signal.signal(sig, handler)
+
+
+# --- an event loop --------------------------------------------------------------------------
 
 
 def _drain(sock: socket.socket) -> None:
@@ -41,6 +104,8 @@ def on_signal(loop: asyncio.AbstractEventLoop, sig: int, callback: Callable[[], 
     """Run `callback` on `loop` for `sig` (storms coalesce, never a traceback). Call from the
     main thread while `loop` runs; undo with `off_signal`."""
     if loop not in _wakeups:
+        import socket
+
         r, w = socket.socketpair()
         r.setblocking(False)
         w.setblocking(False)

@@ -60,7 +60,8 @@ import signal, sys
 real = signal.signal
 def spy(sig, handler):
     if sig == signal.SIGHUP:
-        print(sorted(m for m in sys.modules if m.startswith(("podgpu", "aiohttp", "yaml"))))
+        print(sorted(m for m in sys.modules
+                     if m.startswith(("podgpu", "aiohttp", "yaml", "asyncio"))))
         raise SystemExit(0)
     return real(sig, handler)
 signal.signal = spy
@@ -71,10 +72,11 @@ main(sys.argv[1:])
 
 def test_the_sighup_handler_comes_before_any_podgpu_part_is_imported() -> None:
     """Deterministic form of the above: when SIGHUP is first handled only podgpu's entry point
-    is loaded (before: config, attribution, the backends and aiohttp's import time came first)."""
+    and its signal policies are loaded, not even asyncio (before: config, attribution, the
+    backends and aiohttp's import time came first)."""
     out = subprocess.run([sys.executable, "-c", PROBE, "--simulate", "1"], capture_output=True,
                          text=True, timeout=60, check=True).stdout
-    assert out.strip() == "['podgpu', 'podgpu.cli']", out
+    assert out.strip() == "['podgpu', 'podgpu.cli', 'podgpu.signals']", out
 
 
 @pytest.mark.parametrize("address", ["off", "listen"])

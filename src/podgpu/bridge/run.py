@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import math
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from podgpu.bridge.options import BridgeSettings, parse_args
 from podgpu.bridge.scrape import ScrapeError, Target, parse_url
 from podgpu.bridge.series import Dropped, Group, TargetLabels, to_series
 from podgpu.emfbuild import build_emf_sink
+from podgpu.signals import stop_on_termination
 from podgpu.sinks.cloudwatch import EmfSink
 from podgpu.sinks.prometheus.source import Family, Labels, Sample, render_sources
 
@@ -172,8 +172,7 @@ def run(settings: BridgeSettings, *, ready: Callable[[Bridge], None] | None = No
     sink.start()
     try:
         if settings.http.port is None:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: bridge.stop())
+            stop_on_termination(bridge.stop)
             if ready is not None:
                 ready(bridge)
             bridge.run()
