@@ -1,6 +1,6 @@
 """Basic auth timing: known against unknown users for passwords of 1 to 200 bytes.
 
-    .venv/bin/python bench/auth_timing.py --cost 10 --repeat 15 --out bench/results/auth-timing-<date>.json
+    .venv/bin/python -m bench.auth_timing --cost 10 --repeat 15 --out bench/results/auth-timing-<date>.json
 
 Runs `BasicAuthChecker.check` as the web config's middleware calls it (a real bcrypt hash of
 `--cost`, the worker thread, the caches), for each password length, `--repeat` distinct wrong

@@ -12,7 +12,7 @@ counter samples get a `_total` suffix, floats print as Go-style shortest repr, a
 podgpu_* self-metrics. Served by `prometheus_client.start_http_server` (wsgiref, HTTP/1.0: one TCP
 connection per scrape) on a private CollectorRegistry (no process/GC collectors).
 
-    python bench/baseline_prometheus_client.py --gpus 8 --address 127.0.0.1 --port 9401
+    python -m bench.baseline_prometheus_client --gpus 8 --address 127.0.0.1 --port 9401
 """
 
 from __future__ import annotations

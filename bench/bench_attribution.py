@@ -1,6 +1,6 @@
 """Cost of pod attribution per cycle, with a real gRPC kubelet on a unix socket.
 
-    .venv/bin/python bench/bench_attribution.py --pods 110 --gpus 8 --procs 64 --out bench/results/attribution-<date>.json
+    .venv/bin/python -m bench.bench_attribution --pods 110 --gpus 8 --procs 64 --out bench/results/attribution-<date>.json
 
 Measures: one PodResources `List` round trip (the poller's cost, off the collect path), and
 `KubeletAttributor.attribute()` per cycle (on the collect path) in its steady state (inputs

@@ -17,7 +17,7 @@ Each repeat measures both servers one after the other (the order alternates betw
 drift on a shared machine does not favour one side); medians over repeats are reported, and
 ratios are computed within each repeat before taking their median.
 
-    .venv/bin/python bench/bench_core.py --gpus 8 --repeat 3 --out bench/results/core-DATE.json
+    .venv/bin/python -m bench.bench_core --gpus 8 --repeat 3 --out bench/results/core-DATE.json
 
 The baseline speaks HTTP/1.0 (wsgiref), so it closes the connection after every response: its
 "keep-alive" client reconnects on each scrape, exactly as Prometheus would against it. The JSON

@@ -2,7 +2,7 @@
 collect-thread cost per cycle, send cost per flush to a real CloudWatch Logs emulator (moto server
 over HTTP), bytes per minute (queue sizing) and RSS added by the sink.
 
-    .venv/bin/python bench/bench_emf.py --out bench/results/emf-DATE.json
+    .venv/bin/python -m bench.bench_emf --out bench/results/emf-DATE.json
 
 Shape: a simulated 8 x H100 node, every GPU held by its own pod, the seed post's agent config
 (14 selectors, dimensions Service/Namespace/ClusterName/job/pod), 60 one-second samples per

@@ -1,7 +1,7 @@
 """What the web config costs a scrape: bcrypt per check, a cached basic-auth check, and a TLS
 handshake through the rotating context (SNI-callback switch) versus a plain SSLContext.
 
-    .venv/bin/python bench/bench_webconfig.py
+    .venv/bin/python -m bench.bench_webconfig
 
 Prints one JSON object. In-process, loopback, one core busy; certificates generated on the fly.
 """

@@ -6,7 +6,7 @@ timed with `time.process_time`, then N renders of those snapshots. Prints one JS
 (`cycle_ms`, `render_ms`: CPU milliseconds per cycle). For a before/after, run it alternately with
 `PYTHONPATH=<tree>/src` pointing at each tree (bench/RESULTS.md, "Lost and hung GPUs ..."):
 
-    PYTHONPATH=/tmp/before/src .venv/bin/python bench/cycle_cpu.py 1000
+    PYTHONPATH=/tmp/before/src .venv/bin/python -m bench.cycle_cpu 1000
 """
 
 from __future__ import annotations

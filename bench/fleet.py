@@ -12,7 +12,7 @@ series and from /proc:
 
 and writes them as JSON. The extrapolation to bigger fleets is in bench/RESULTS.md.
 
-  .venv/bin/python bench/fleet.py --nodes 50 --gpus 8 --duration 300 --out bench/results/fleet.json
+  .venv/bin/python -m bench.fleet --nodes 50 --gpus 8 --duration 300 --out bench/results/fleet.json
 """
 
 from __future__ import annotations

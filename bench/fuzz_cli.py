@@ -1,6 +1,6 @@
 """Fuzz `podgpu serve` through its CLI with hostile input files, counting tracebacks.
 
-    .venv/bin/python bench/fuzz_cli.py --seconds 120 --out bench/results/fuzz-cli-<date>.json
+    .venv/bin/python -m bench.fuzz_cli --seconds 120 --out bench/results/fuzz-cli-<date>.json
 
 Three targets, `--seconds` each: the web config (`--web-config-file`), the simulation scenario
 (`--simulate-scenario`, JSON and YAML) and the metric list (`-f`). Each case is a file made from a

@@ -6,9 +6,9 @@ older commit unpacked with `git archive`); the stand-ins come from this checkout
 (hostile_peers.py, kubelet_fake.py, kubelet_hostile.py). The parent caps each case's wall time
 and reports the child's peak RSS growth over its own start (sampled every 50 ms) and outcome.
 
-    .venv/bin/python bench/hostile_inputs.py --src src            # this tree
-    .venv/bin/python bench/hostile_inputs.py --src /tmp/old/src   # another tree
-    .venv/bin/python bench/hostile_inputs.py --src src --only top-quotes,kubelet-2gib
+    .venv/bin/python -m bench.hostile_inputs --src src            # this tree
+    .venv/bin/python -m bench.hostile_inputs --src /tmp/old/src   # another tree
+    .venv/bin/python -m bench.hostile_inputs --src src --only top-quotes,kubelet-2gib
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ dummy keys). Different: host networking (the stand-ins listen on loopback), the 
 Scraped every second with gzip, like Prometheus at the seed post's 1 s.
 
     scripts/image    # builds localhost/podgpu:test
-    .venv/bin/python bench/image_memory.py --duration 300 --out bench/results/image-memory.json
+    .venv/bin/python -m bench.image_memory --duration 300 --out bench/results/image-memory.json
 """
 
 from __future__ import annotations
@@ -34,14 +34,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "src"), str(ROOT / "bench")]
 
-from prod_memory import Scraper, free_port, proc_sample, summarise  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402
 from tests.deploy.contract import prepare  # noqa: E402
 from tests.deploy.podman import IMAGE, image_present, main_pid, podman  # noqa: E402
 from tests.deploy.render import configured, container  # noqa: E402
 from tests.deploy.standins import DUMMY_AWS, KubeApi, LogsStandIn  # noqa: E402
+from tests.harness import free_port, proc_sample  # noqa: E402
 from tests.integration.kube_api_fake import pod  # noqa: E402
 from tests.integration.kubelet_fake import FakeContainer, FakeKubelet, FakePod, gpu_pod  # noqa: E402
+from tests.support.prod_memory import Scraper, summarise  # noqa: E402
 
 NODE = "test-node"  # what prepare() gives NODE_NAME
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -2,7 +2,7 @@
 per interval, on a simulated node: the collect thread's part (InsightsBuilder.series + the
 window's add) and the sink thread's (InsightsEncoder.encode of a closed 60 s window).
 
-    PYTHONPATH=src python3 bench/insights_cost.py [--gpus 8] [--sharing none|time-slicing|mig]
+    PYTHONPATH=src python3 -m bench.insights_cost [--gpus 8] [--sharing none|time-slicing|mig]
 
 Nodes: `--gpus` H100s, each held by `--pods-per-gpu` pods (sim/node.py's shapes, as `podgpu
 plan`). Snapshots are taken first (not timed); then the same snapshots run through the series

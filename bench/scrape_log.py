@@ -2,13 +2,13 @@
 """Record a scrape log: GET a podgpu /metrics every second for N seconds (standard library only,
 so it runs on a GPU machine with nothing installed).
 
-Output, one JSON object per line (the format bench/h200_prod_run.py also
+Output, one JSON object per line (the format bench/archive/h200_prod_run.py also
 writes, and bench/scrape_picture.py reads):
 
     {"t": <unix seconds, float>, "body": "<the /metrics text exactly as served>"}
     {"t": <unix seconds, float>, "error": "<why the scrape failed>"}
 
-    python3 bench/scrape_log.py http://127.0.0.1:9400/metrics 180 h200-scrape-log.jsonl
+    python3 -m bench.scrape_log http://127.0.0.1:9400/metrics 180 h200-scrape-log.jsonl
 """
 
 from __future__ import annotations

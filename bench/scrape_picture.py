@@ -12,7 +12,7 @@ picture a user sees in the dashboard's "GPU utilization per pod" panel.
 4. query_range of the dashboard's per-pod utilization expression (deploy/gen/promql.py) at 1 s
    steps, plus each GPU's DCGM_FI_DEV_GPU_UTIL for reference, and draws them with matplotlib.
 
-    .venv/bin/python bench/scrape_picture.py LOG.jsonl docs/img/pod-gpu-utilization.png \\
+    .venv/bin/python -m bench.scrape_picture LOG.jsonl docs/img/pod-gpu-utilization.png \\
         --title "H200, gpu-burn 20 s on / 20 s off" [--json OUT.json]
 """
 

@@ -1,4 +1,4 @@
-"""bench/prod_memory.py runs (5 s, simulated) and measures what it says, with the DaemonSet's
+"""`python -m bench.prod_memory` runs (5 s, simulated) and measures what it says, with the DaemonSet's
 own args: the H200 production-memory run must not be the first time it runs."""
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.render import ROOT, container, render
+from tests.deploy.render import container, render
+from tests.harness import ROOT
+from tests.support import prod_memory
 
 pytestmark = pytest.mark.integration
-
-sys.path.insert(0, str(ROOT / "bench"))
-import prod_memory  # noqa: E402
 
 
 def test_bench_args_are_the_cloudwatch_overlays_daemonset_args() -> None:
@@ -33,9 +32,9 @@ def test_bench_args_are_the_cloudwatch_overlays_daemonset_args() -> None:
 def test_prod_memory_runs_every_variant(tmp_path: Path) -> None:
     out = tmp_path / "pm.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "prod_memory.py"), "--duration", "5",
+        [sys.executable, "-m", "bench.prod_memory", "--duration", "5",
          "--sample-every", "1", "--simulate", "--out", str(out)],
-        capture_output=True, text=True, timeout=120)
+        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["backend"] == "simulated" and result["gpus"] == 8

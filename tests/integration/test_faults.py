@@ -5,12 +5,7 @@ in scrapes and cycles, not seconds."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from faults import kubelet_outage
+from tests.support.faults import kubelet_outage
 
 
 def test_kubelet_gone_and_back() -> None:

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import socket
 import ssl
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from listener_attacks import run_attack, tls_config
-
 from tests.conftest import ServeProcess
+from tests.support.listener_attacks import run_attack, tls_config
 
 
 def test_silent_tls_connects_are_counted_timed_and_cheap() -> None:

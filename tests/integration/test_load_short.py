@@ -7,14 +7,9 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
-from pathlib import Path
 
 from podgpu.http.guard import ACCEPT_BACKLOG, ACCEPT_IN_FLIGHT
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from load import run_load
+from tests.support.load import run_load
 
 
 def test_scrapes_all_succeed_under_slow_and_half_open_connections() -> None:

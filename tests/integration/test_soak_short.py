@@ -5,12 +5,7 @@ bench/RESULTS.md."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from soak import run_soak
+from tests.support.soak import run_soak
 
 
 def test_short_soak_counts_stay_flat_while_pods_churn() -> None:

@@ -5,8 +5,8 @@ kubelet_fake.py) runs in a child process so its own grpc import is not counted; 
 here on top of what `podgpu serve` has loaded (h11, pynvml) and calls `List` 50 times, 26 pods
 listed. Prints one JSON line: RSS added, peak over the start, threads, time to the first answer.
 
-    PYTHONPATH=src .venv/bin/python bench/kubelet_clients.py grpcio
-    PYTHONPATH=src .venv/bin/python bench/kubelet_clients.py grpclib
+    PYTHONPATH=src .venv/bin/python -m bench.archive.kubelet_clients grpcio
+    PYTHONPATH=src .venv/bin/python -m bench.archive.kubelet_clients grpclib
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
 import h11  # noqa: E402,F401  - what podgpu serve has loaded before the kubelet client

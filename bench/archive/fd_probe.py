@@ -2,7 +2,7 @@
 peak descriptor count of each run: how far accepts in flight carry podgpu past its connection cap.
 Load the machine beside it to see the overshoot (bench/RESULTS.md "Accepts per loop turn").
 
-    .venv/bin/python bench/fd_probe.py [N]
+    .venv/bin/python -m bench.archive.fd_probe [N]
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from load import run_load
+from tests.support.load import run_load
 
 
 def main() -> int:

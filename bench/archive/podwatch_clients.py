@@ -4,12 +4,12 @@ peak, start-up, installed bytes. One client per run, in this interpreter: on top
 API stand-in over TLS with a bearer token and follows a watch through 20 changes, as podgpu's pod
 watch does. Prints one JSON line.
 
-    PYTHONPATH=src .venv/bin/python bench/podwatch_clients.py podgpu      # kubeapi.py (http.client)
-    PYTHONPATH=src:/tmp/ah .venv/bin/python bench/podwatch_clients.py aiohttp  # pip install --target /tmp/ah aiohttp
-    PYTHONPATH=src .venv/bin/python bench/podwatch_clients.py urllib3
-    PYTHONPATH=src .venv/bin/python bench/podwatch_clients.py kubernetes
-    PYTHONPATH=src:/tmp/lk .venv/bin/python bench/podwatch_clients.py lightkube  # pip install --target /tmp/lk lightkube
-    PYTHONPATH=src:/tmp/kr .venv/bin/python bench/podwatch_clients.py kr8s       # pip install --target /tmp/kr kr8s
+    PYTHONPATH=src .venv/bin/python -m bench.archive.podwatch_clients podgpu      # kubeapi.py (http.client)
+    PYTHONPATH=src:/tmp/ah .venv/bin/python -m bench.archive.podwatch_clients aiohttp  # pip install --target /tmp/ah aiohttp
+    PYTHONPATH=src .venv/bin/python -m bench.archive.podwatch_clients urllib3
+    PYTHONPATH=src .venv/bin/python -m bench.archive.podwatch_clients kubernetes
+    PYTHONPATH=src:/tmp/lk .venv/bin/python -m bench.archive.podwatch_clients lightkube  # pip install --target /tmp/lk lightkube
+    PYTHONPATH=src:/tmp/kr .venv/bin/python -m bench.archive.podwatch_clients kr8s       # pip install --target /tmp/kr kr8s
 
 `start_s` is from the first import of the client to the first list decoded; `installed_mib` the
 files of the client's distribution and of every dependency it pulls in that podgpu's core
@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
 import h11  # noqa: E402,F401  - what podgpu -k has loaded before its pod watch starts

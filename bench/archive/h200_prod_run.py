@@ -8,8 +8,8 @@ pod holds GPU 0), the pod watch against an API stand-in reached exactly as in a 
 the EMF sink with the seed post's agent config sending PutLogEvents (botocore-signed, no boto3 client) to a CloudWatch
 Logs stand-in (records every event), a 1 s collect interval, scrapes every second.
 
-    PYTHONPATH=/tmp/site:src python3 bench/h200_prod_run.py $OUT --duration 540   # on the GPU
-    sudo .venv/bin/python bench/h200_prod_run.py /tmp/out --dry-run --duration 150  # simulated
+    PYTHONPATH=/tmp/site:src python3 -m bench.archive.h200_prod_run $OUT --duration 540   # on the GPU
+    sudo .venv/bin/python -m bench.archive.h200_prod_run /tmp/out --dry-run --duration 150  # simulated
 
 Needs root (it writes /var/run/secrets/kubernetes.io/serviceaccount/, and removes it after).
 Writes OUT/h200-prod.json, OUT/h200-emf-events.jsonl, OUT/h200-scrape-log.jsonl,
@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 PORT = 9400
 POD = ("default", "gpu-burn-6c9d8f7b5-x2x7q", "main", "0b7c5a1e-3f2d-4c6b-9a8e-1d2c3b4a5f60")

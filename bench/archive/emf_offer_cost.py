@@ -2,8 +2,8 @@
 `WindowAccumulator.add`, 8 simulated GPUs, the seed's config), for a before/after comparison:
 
     git archive COMMIT src bench tests/fixtures | tar -x -C OLD_DIR
-    .venv/bin/python bench/emf_offer_cost.py --root OLD_DIR     # before
-    .venv/bin/python bench/emf_offer_cost.py                    # after (this tree)
+    .venv/bin/python -m bench.archive.emf_offer_cost --root OLD_DIR     # before
+    .venv/bin/python -m bench.archive.emf_offer_cost                    # after (this tree)
 
 Prints median, p99 and min in microseconds over 180 cycles after a 60-cycle warm-up.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]))
+    ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2]))
     root = ap.parse_args().root
     sys.path.insert(0, root + "/src")
     sys.path.insert(0, root)

@@ -7,9 +7,9 @@ with `Accept-Encoding: gzip` (as Prometheus asks), then RSS (VmRSS) 12 s after s
 SIGTERM. podgpu runs bare (NVML, `-c 1000`, no kubelet, no EMF); `--before-src` adds a second
 podgpu tree (e.g. a `git archive` of an older commit) measured the same way.
 
-    PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/tmp/site python3 bench/h200_startup.py $OUT/h200-startup.json \
+    PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/tmp/site python3 -m bench.archive.h200_startup $OUT/h200-startup.json \
         --rounds 3 --before-src .run25/before/src          # on the GPU machine
-    .venv/bin/python bench/h200_startup.py /tmp/startup.json --simulate --rounds 1   # no GPU
+    .venv/bin/python -m bench.archive.h200_startup /tmp/startup.json --simulate --rounds 1   # no GPU
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SERIES = {"podgpu": b"DCGM_FI_DEV_GPU_UTIL{", "nvitop": b"gpu_utilization_Percentage"}
 
 

@@ -7,8 +7,8 @@ GPU 0 to pod default/gpu-burn-acct-7f9c4 exclusively; `podgpu burn --on 20 --off
 in the pod's cgroup, so podgpu sees no process of the pod: used seconds come from the device's
 utilisation split by allocation (the sole holder gets all of it), as on a node without hostPID.
 
-    PYTHONPATH=/tmp/site:src python3 bench/h200_accounting.py $OUT --duration 200   # on the GPU
-    .venv/bin/python bench/h200_accounting.py /tmp/acct --simulate --duration 100   # simulated
+    PYTHONPATH=/tmp/site:src python3 -m bench.archive.h200_accounting $OUT --duration 200   # on the GPU
+    .venv/bin/python -m bench.archive.h200_accounting /tmp/acct --simulate --duration 100   # simulated
 
 Writes OUT/h200-accounting.json (the summary and every second's counters) and
 OUT/h200-accounting-scrape-log.jsonl (the /metrics bodies, for bench/scrape_picture.py).
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 PORT = 9431
 POD = ("default", "gpu-burn-acct-7f9c4", "main")

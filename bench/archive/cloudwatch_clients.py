@@ -5,8 +5,8 @@ loaded (h11, pynvml): create the group and the stream, then 20 PutLogEvents of 5
 events to the CloudWatch Logs stand-in (tests/deploy/standins.py). Prints one JSON line: RSS added
 after the calls, the peak (VmHWM) over the start, and the time to the first answer.
 
-    PYTHONPATH=src .venv/bin/python bench/cloudwatch_clients.py logsapi
-    PYTHONPATH=src .venv/bin/python bench/cloudwatch_clients.py boto3
+    PYTHONPATH=src .venv/bin/python -m bench.archive.cloudwatch_clients logsapi
+    PYTHONPATH=src .venv/bin/python -m bench.archive.cloudwatch_clients boto3
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
 import h11  # noqa: E402,F401  - what podgpu serve has loaded before the sink starts

@@ -13,7 +13,7 @@ Reports p50/p99/max per phase and the median over repeats of each, plus p99(B) -
 spread of p99 across the A phases (the noise). Also, in process: the time to render the live view
 (JSON + page) of one snapshot, next to the exposition render, i.e. what the collect thread pays.
 
-    .venv/bin/python bench/bench_live.py --gpus 8 --repeat 3 --phase-seconds 20 --out bench/results/live-DATE.json
+    .venv/bin/python -m bench.archive.bench_live --gpus 8 --repeat 3 --phase-seconds 20 --out bench/results/live-DATE.json
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 
 

@@ -1,6 +1,6 @@
 """podgpu's EMF path against aws-embedded-metrics, like for like.
 
-    .venv/bin/python bench/bench_emf_aem.py --out bench/results/emf-aem-DATE.json
+    .venv/bin/python -m bench.archive.bench_emf_aem --out bench/results/emf-aem-DATE.json
 
 Both sides get the same input: one minute of a simulated 8 x H100 node (every GPU held by its
 own pod, podgpu's agent-identity labels, the seed's agent config), as 60 one-second cycles of
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 

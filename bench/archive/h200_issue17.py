@@ -14,7 +14,7 @@ GPU fall off the bus on purpose):
 - `-d f` (the default) on a GPU without MIG: whole-GPU series, no `GPU_I_ID`;
 - `DCGM_FI_DEV_XID_ERRORS` and the 11 `DCGM_EXP_GPU_HEALTH_STATUS` series with the GPU's UUID.
 
-    python bench/h200_issue17.py [OUT.json] [--seconds 70] [--dry-run]
+    python -m bench.archive.h200_issue17 [OUT.json] [--seconds 70] [--dry-run]
 
 `--dry-run` runs on a simulated H200 (no GPU). Writes $OUT/h200-issue17.json (or OUT.json), prints
 a summary, exits 1 when a check fails.
@@ -38,7 +38,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 LIST = """DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PODGPU_PORT = 9400
 NVITOP_PORT = 5050
 ON, OFF, DURATION = 20.0, 20.0, 120.0

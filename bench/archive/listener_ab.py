@@ -7,7 +7,7 @@ keep-alive connections: p50/p99, scrapes/s, server CPU per scrape, RSS after the
 with `--load-duration` > 0, bench/load.py (closed-loop keep-alive scrapers beside slowloris
 and half-open connections).
 
-    .venv/bin/python bench/listener_ab.py --tree aiohttp=/tmp/before25/src \\
+    .venv/bin/python -m bench.archive.listener_ab --tree aiohttp=/tmp/before25/src \\
         --tree h11=/tmp/h11/src --tree fast=src --rounds 3 --out bench/results/ab.json
 """
 
@@ -22,9 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import bench_core
-
-BENCH = Path(__file__).resolve().parent
+from bench import bench_core
 
 
 def core(src: str, a: argparse.Namespace, logdir: Path) -> dict[str, Any]:
@@ -43,7 +41,7 @@ def core(src: str, a: argparse.Namespace, logdir: Path) -> dict[str, Any]:
 
 
 def load(src: str, a: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, str(BENCH / "load.py"), "--scrapers", str(a.load_scrapers),
+    cmd = [sys.executable, "-m", "bench.load", "--scrapers", str(a.load_scrapers),
            "--duration", str(a.load_duration), "--slow", str(a.load_slow),
            "--half-open", str(a.load_half_open), "--src", str(Path(src).resolve())]
     doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)

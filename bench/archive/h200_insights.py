@@ -8,8 +8,8 @@ TLS, tests/deploy/standins.py), `--emf-container-insights --emf-destination stdo
 --emf-interval 5`; `podgpu burn --on 20 --off 20` on GPU 0 after a warm-up. Every event is
 checked with tests/ci_contract.py (the add-on's rules restated without podgpu's code).
 
-    PYTHONPATH=/tmp/site:src python3 bench/h200_insights.py $OUT --duration 160   # on the GPU
-    .venv/bin/python bench/h200_insights.py /tmp/ci --simulate --duration 100      # simulated
+    PYTHONPATH=/tmp/site:src python3 -m bench.archive.h200_insights $OUT --duration 160   # on the GPU
+    .venv/bin/python -m bench.archive.h200_insights /tmp/ci --simulate --duration 100      # simulated
 
 Writes OUT/h200-insights.json (summary and the per-interval utilisation) and
 OUT/h200-insights-events.jsonl. Exit 0 when every event passes the contract and, for each of
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 PORT = 9433
 NODE = "ip-10-0-1-5.ec2.internal"
@@ -75,7 +75,7 @@ def main() -> int:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    from bench.h200_accounting import gpu0_uuid
+    from bench.archive.h200_accounting import gpu0_uuid
     from tests import ci_contract
     from tests.deploy.standins import SHIM, KubeApi
     from tests.integration.kube_api_fake import pod

@@ -1,6 +1,6 @@
 """Open the NVML backend on a real GPU and read every catalog field a few times.
 
-Usage: PYTHONPATH=src python3 bench/nvml_smoke.py [OUT.json]
+Usage: PYTHONPATH=src python3 -m bench.archive.nvml_smoke [OUT.json]
 Prints each field as value or missing reason, per-read wall/CPU time, and GPU processes; with a
 path, writes the same as JSON. A first look at a new GPU/driver before the full proof.
 """

@@ -1,0 +1,138 @@
+"""What the benchmarks and the tests that run a real `podgpu serve` share: a free loopback port, the
+agent as a child process (started, ready through `/health/ready`, its stderr kept, stopped with
+SIGTERM), one scrape, percentiles, and the RSS, threads, file descriptors and CPU time of a pid read
+from `/proc`.
+
+bench/ imports this module (run it from the repository root: `python -m bench.load`); nothing here
+imports bench/."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+DEFAULT_READY_TIMEOUT = 30.0  # seconds; a loaded 2-core machine needs more than the usual 2
+DEFAULT_STOP_TIMEOUT = 15.0  # seconds between SIGTERM and SIGKILL
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now (the usual race: bind it soon)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank, rounded to 0.01; 0.0 for no values."""
+    s = sorted(values)
+    return round(s[min(len(s) - 1, int(q * len(s)))], 2) if s else 0.0
+
+
+def proc_sample(pid: int) -> dict[str, float]:
+    """RSS and peak RSS in KiB, threads, open fds and user+system CPU seconds of `pid`."""
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                  if ":" in line)
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {"rss_kib": int(status["VmRSS"].split()[0]), "hwm_kib": int(status["VmHWM"].split()[0]),
+            "threads": int(status["Threads"]), "fds": len(os.listdir(f"/proc/{pid}/fd")),
+            "cpu_s": (int(stat[11]) + int(stat[12])) / ticks}
+
+
+def rss_fds(pid: int) -> tuple[float, int]:
+    """RSS in MiB and the number of open file descriptors of `pid`."""
+    s = proc_sample(pid)
+    return s["rss_kib"] / 1024, int(s["fds"])
+
+
+def scrape(url: str, *, gzip: bool = False, timeout: float = 5.0,
+           context: ssl.SSLContext | None = None,
+           headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    """One GET: the status and the body as sent (still gzipped when `gzip`); HTTP errors are
+    answers here, not exceptions."""
+    hdrs = {**(headers or {}), **({"Accept-Encoding": "gzip"} if gzip else {})}
+    req = urllib.request.Request(url, headers=hdrs)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
+            return int(r.status), bytes(r.read())
+    except urllib.error.HTTPError as e:
+        return int(e.code), bytes(e.read())
+
+
+class Serve:
+    """`python -m podgpu serve ARGS --address 127.0.0.1:PORT` as a child process.
+
+    `src` runs other podgpu sources (a `git archive` of an older commit) through PYTHONPATH. stderr
+    goes to a temporary file, read back by `stop()`; `tls` scrapes readiness over HTTPS without
+    verifying the certificate."""
+
+    def __init__(self, args: Sequence[str], *, env: Mapping[str, str] | None = None,
+                 src: Path | None = None, port: int | None = None, tls: bool = False,
+                 node_name: str = "bench-node", stdout: int | IO[bytes] = subprocess.DEVNULL) -> None:
+        self.port = port or free_port()
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.cmd = [sys.executable, "-m", "podgpu", "serve", *args, "--address", f"127.0.0.1:{self.port}"]
+        full_env = {**os.environ, "NODE_NAME": node_name, **(env or {})}
+        if src is not None:
+            full_env["PYTHONPATH"] = str(src)
+        self._tls = ssl._create_unverified_context() if tls else None
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115 -- closed by stop()
+        self.proc = subprocess.Popen(self.cmd, stdout=stdout, stderr=self._err, env=full_env)
+        self.pid = self.proc.pid
+        self.exit_status: int | None = None
+        self.stderr = ""
+
+    def wait_ready(self, timeout: float = DEFAULT_READY_TIMEOUT) -> None:
+        """Until `/health/ready` answers 200; RuntimeError with the agent's stderr if it exits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                rc, err = self.stop()
+                raise RuntimeError(f"podgpu serve exited {rc} before it was ready:\n{err}")
+            try:
+                if scrape(self.url + "/health/ready", timeout=1, context=self._tls)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        rc, err = self.stop()
+        raise RuntimeError(f"podgpu serve was not ready in {timeout} s (exit {rc}):\n{err}")
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> tuple[int, str]:
+        """SIGTERM, SIGKILL after `timeout` seconds; the exit status and everything on stderr."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.exit_status = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.exit_status = self.proc.wait()
+        if not self._err.closed:
+            self._err.seek(0)
+            self.stderr = self._err.read().decode(errors="replace")
+            self._err.close()
+        return self.exit_status, self.stderr
+
+    def __enter__(self) -> Serve:
+        self.wait_ready()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,371 @@
+"""Attacks on the listener that reach it before a request completes, beside
+Prometheus-like scrapers:
+
+    .venv/bin/python -m bench.listener_attacks tls-silent --conns 1000 --duration 60 --out X.json
+    .venv/bin/python -m bench.listener_attacks pipeline --conns 2000 --duration 60 --out X.json
+    .venv/bin/python -m bench.listener_attacks pipeline --identity --sources 2000 --conns 2000 ...
+    .venv/bin/python -m bench.listener_attacks tls-hello --conns 2000 --duration 60 --out X.json
+    .venv/bin/python -m bench.listener_attacks memory 1000 [SRC]  # KiB per open connection, by kind
+
+- `tls-silent`: podgpu serves TLS (a throw-away certificate); each attacking connection is a TCP
+  connect to the TLS port that sends nothing.
+- `pipeline`: plain HTTP; each attacking connection sends `--pipelined` GETs for /metrics at once
+  (no gzip: 53 KB answers) and never reads a byte. Its receive buffer is set to 16 KiB so the
+  attack does not park gigabytes in the kernel of a shared machine; podgpu cannot tell.
+- `--identity` adds `Accept-Encoding: identity` to each pipelined GET (the uncompressed answer);
+  `--sources N` spreads the attacking connections over N loopback source addresses
+  (127.0.x.y), as N clients would.
+- `tls-hello`: each attacking connection sends the first 6 bytes of a TLS record holding a
+  ClientHello and stalls there (the handshake begun, never finished).
+- an attacker process keeps `--conns` connections open for `--duration` seconds: a connection
+  podgpu closes (seen as TCP state CLOSE/CLOSE_WAIT through TCP_INFO, polled every 0.25 s, no read
+  needed) is counted with its lifetime and replaced at once.
+- `--scrapers` scrape /metrics once a second each (over TLS for `tls-silent`), a new connection per
+  scrape; one fails on any status but 200, an error, or 10 s without the whole answer
+  (Prometheus' default scrape timeout).
+- podgpu's RSS is sampled every 0.25 s: before the attack (after 3 s of scrapes) and the maximum;
+  `rss_mib_after_close` is sampled 5 s after the attack's connections are closed.
+
+Passes when every scrape succeeded, RSS grew at most `--max-rss-growth-mib`, and no attacking
+connection lived longer than the request deadline + 5 s (connections still open when the attack
+stops count with their age then). The short form runs in CI:
+tests/integration/test_listener_attacks.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tests.harness import ROOT, free_port, pct, rss_fds
+from tests.tlsutil import Pki
+
+GET = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\n\r\n"
+_CLOSED_STATES = {7, 8, 9}  # TCP_CLOSE, TCP_CLOSE_WAIT, TCP_LAST_ACK (linux/tcp_states.h)
+
+
+@dataclass
+class AttackResult:
+    attack: str
+    command: list[str]
+    conns: int
+    duration_s: float
+    request_timeout_s: float
+    scrapers: int
+    scrapes: int = 0
+    failed: int = 0
+    failures: list[str] = field(default_factory=list)
+    scrape_ms_p50: float = 0.0
+    scrape_ms_p99: float = 0.0
+    scrape_ms_max: float = 0.0
+    attack_opened: int = 0
+    attack_closed_by_server: int = 0
+    attack_lifetime_s_max: float = 0.0
+    attack_lifetime_s_p50: float = 0.0
+    rss_mib_before: float = 0.0
+    rss_mib_max: float = 0.0
+    rss_mib_growth: float = 0.0
+    rss_mib_after_close: float = 0.0
+    identity: bool = False
+    sources: int = 1
+    fds_max: int = 0
+    log_lines: int = 0
+    log_tail: list[str] = field(default_factory=list)
+    exit_status: int | None = None
+    passed: bool = False
+
+
+def tcp_closed(s: socket.socket) -> bool:
+    """True once the peer closed or reset the connection, without reading from it."""
+    try:
+        info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    except OSError:
+        return True
+    return struct.unpack("B", info[:1])[0] in _CLOSED_STATES
+
+
+GET_IDENTITY = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\nAccept-Encoding: identity\r\n\r\n"
+HELLO_START = b"\x16\x03\x01\x02\x00\x01"  # a handshake record of 512 bytes: a ClientHello begins
+
+
+def source(i: int, sources: int) -> tuple[str, int]:
+    """The i-th connection's loopback source address, one of `sources`."""
+    k = i % sources
+    return (f"127.0.{k // 250 + 1}.{k % 250 + 1}", 0) if sources > 1 else ("", 0)
+
+
+def attacker(attack: str, port: int, conns: int, duration: float, pipelined: int,
+             identity: bool = False, sources: int = 1) -> dict[str, object]:
+    """Keeps `conns` attacking connections open for `duration` s; returns lifetimes (s)."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    payload = ((GET_IDENTITY if identity else GET) * pipelined if attack == "pipeline"
+               else HELLO_START if attack == "tls-hello" else b"")
+    live: dict[socket.socket, float] = {}
+    lifetimes: list[float] = []
+    opened = 0
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        while len(live) < conns and time.monotonic() < end:
+            s = socket.socket()
+            if attack == "pipeline":
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+            s.settimeout(5)
+            try:
+                if sources > 1:
+                    s.bind(source(opened, sources))
+                s.connect(("127.0.0.1", port))
+                if payload:
+                    s.sendall(payload)
+            except OSError:
+                s.close()
+                time.sleep(0.01)
+                continue
+            live[s] = time.monotonic()
+            opened += 1
+        time.sleep(0.25)
+        now = time.monotonic()
+        for s in [s for s in live if tcp_closed(s)]:
+            lifetimes.append(now - live.pop(s))
+            s.close()
+    now = time.monotonic()
+    still = [now - t for t in live.values()]
+    for s in live:
+        s.close()
+    return {"opened": opened, "closed": lifetimes, "still_open": still}
+
+
+async def scrape_loop(port: int, tls: ssl.SSLContext | None, until: float, offset: float,
+                      res: AttackResult, lat: list[float]) -> None:
+    next_at = time.monotonic() + offset
+    while next_at < until:
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        next_at += 1.0
+        t0 = time.perf_counter()
+        writer = None
+        try:
+            async def once() -> None:
+                nonlocal writer
+                reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls)
+                writer.write(b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\nConnection: close\r\n\r\n")
+                data = await reader.read()
+                if not data.startswith(b"HTTP/1.1 200 ") or b"DCGM_FI_DEV_" not in data:
+                    raise ValueError(data[:80].decode("latin-1"))
+
+            await asyncio.wait_for(once(), 10)
+            lat.append((time.perf_counter() - t0) * 1000)
+            res.scrapes += 1
+        except (TimeoutError, OSError, ValueError) as exc:
+            res.failed += 1
+            if len(res.failures) < 20:
+                res.failures.append(f"{type(exc).__name__}: {exc}"[:200])
+        finally:
+            if writer is not None:
+                writer.close()
+
+
+async def scrapers(port: int, tls: ssl.SSLContext | None, n: int, seconds: float,
+                   res: AttackResult) -> list[float]:
+    lat: list[float] = []
+    until = time.monotonic() + seconds
+    await asyncio.gather(*(scrape_loop(port, tls, until, k / n, res, lat) for k in range(n)))
+    return lat
+
+
+def tls_config(directory: Path) -> Path:
+    leaf = Pki(directory / "pki", "bench").leaf("server", server=True)
+    config = directory / "web.yml"
+    config.write_text(f"tls_server_config:\n  cert_file: {leaf.cert}\n  key_file: {leaf.key}\n")
+    return config
+
+
+def run_attack(attack: str, *, conns: int, duration: float, scrapers_n: int = 20,
+               request_timeout: float = 15.0, pipelined: int = 400, gpus: int = 8,
+               max_rss_growth_mib: float = 40.0, serve_args: tuple[str, ...] = (),
+               src: Path = ROOT / "src", identity: bool = False, sources: int = 1) -> AttackResult:
+    port = free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="podgpu-attack-"))
+    cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", f"{gpus}xH100",
+           "-a", f"127.0.0.1:{port}", "--http-request-timeout", f"{request_timeout:g}",
+           *serve_args]
+    client_tls = None
+    if attack.startswith("tls"):
+        cmd += ["--web-config-file", str(tls_config(tmp))]
+        client_tls = ssl.create_default_context()
+        client_tls.check_hostname = False
+        client_tls.verify_mode = ssl.CERT_NONE
+    res = AttackResult(attack, cmd, conns, duration, request_timeout, scrapers_n,
+                       identity=identity, sources=sources)
+    log_path = tmp / "podgpu.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
+                                env={**os.environ, "PYTHONPATH": str(src)})
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise RuntimeError("podgpu did not start") from None
+                    time.sleep(0.1)
+            asyncio.run(scrapers(port, client_tls, scrapers_n, 3.0, res))  # warm up
+            res.rss_mib_before = round(rss_fds(proc.pid)[0], 1)
+            res.scrapes = 0
+            stop = threading.Event()
+
+            def sample() -> None:
+                while not stop.is_set():
+                    try:
+                        rss, fds = rss_fds(proc.pid)
+                    except (OSError, StopIteration):
+                        return
+                    res.rss_mib_max = max(res.rss_mib_max, round(rss, 1))
+                    res.fds_max = max(res.fds_max, fds)
+                    time.sleep(0.25)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            helper = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.listener_attacks", "--helper", attack, str(port), str(conns),
+                 str(duration), str(pipelined), str(int(identity)), str(sources)],
+                stdout=subprocess.PIPE, text=True)
+            time.sleep(1.0)
+            lat = asyncio.run(scrapers(port, client_tls, scrapers_n, duration - 1.0, res))
+            out, _ = helper.communicate(timeout=duration + 60)
+            stop.set()
+            sampler.join()
+            time.sleep(5.0)  # the attack's connections are closed: is the memory given back?
+            res.rss_mib_after_close = round(rss_fds(proc.pid)[0], 1)
+            got = json.loads(out)
+            closed: list[float] = got["closed"]
+            ages = closed + got["still_open"]
+            res.attack_opened = int(got["opened"])
+            res.attack_closed_by_server = len(closed)
+            res.attack_lifetime_s_max = round(max(ages), 2) if ages else 0.0
+            res.attack_lifetime_s_p50 = pct(ages, 0.5)
+            res.scrape_ms_p50, res.scrape_ms_p99 = pct(lat, 0.5), pct(lat, 0.99)
+            res.scrape_ms_max = round(max(lat), 2) if lat else 0.0
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                res.exit_status = proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                res.exit_status = proc.wait()
+    lines = log_path.read_text(errors="replace").splitlines()
+    res.log_lines, res.log_tail = len(lines), [line[:300] for line in lines[-8:]]
+    res.rss_mib_growth = round(res.rss_mib_max - res.rss_mib_before, 1)
+    res.passed = (res.failed == 0 and res.scrapes > 0 and res.exit_status == 0
+                  and res.rss_mib_growth <= max_rss_growth_mib
+                  and res.attack_lifetime_s_max <= request_timeout + 5.0)
+    return res
+
+
+def per_connection_memory(conns: int = 1000, src: Path = ROOT / "src") -> dict[str, float]:
+    """KiB of podgpu's RSS per connection held open for 4 s (deadline 60 s), by kind: plain idle
+    (connected, nothing sent), TLS silent, TLS after one byte of a ClientHello (the handshake has
+    started), and a plain pipelining client that never reads (400 GETs sent)."""
+    out: dict[str, float] = {}
+    for kind in ("plain-idle", "tls-silent", "tls-one-byte", "tls-partial-hello",
+                 "plain-pipelining-non-reader", "plain-pipelining-identity"):
+        port = free_port()
+        tmp = Path(tempfile.mkdtemp(prefix="podgpu-mem-"))
+        cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", "8xH100",
+               "-a", f"127.0.0.1:{port}", "--http-request-timeout", "60"]
+        if kind.startswith("tls"):
+            cmd += ["--web-config-file", str(tls_config(tmp))]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(src)})
+        socks: list[socket.socket] = []
+        try:
+            for _ in range(300):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            time.sleep(1.0)
+            before = rss_fds(proc.pid)[0]
+            for _ in range(conns):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+                s.connect(("127.0.0.1", port))
+                if kind == "tls-one-byte":
+                    s.sendall(b"\x16")
+                elif kind == "tls-partial-hello":
+                    s.sendall(HELLO_START)
+                elif kind == "plain-pipelining-non-reader":
+                    s.sendall(GET * 400)
+                elif kind == "plain-pipelining-identity":
+                    s.sendall(GET_IDENTITY * 400)
+                socks.append(s)
+            time.sleep(4.0)
+            out[kind] = round((rss_fds(proc.pid)[0] - before) * 1024 / conns, 1)
+        finally:
+            for s in socks:
+                s.close()
+            proc.terminate()
+            proc.wait(15)
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "memory":
+        conns = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+        src = Path(sys.argv[3]) if len(sys.argv) > 3 else ROOT / "src"
+        print(json.dumps({"conns": conns, "src": str(src),
+                          "kib_per_connection": per_connection_memory(conns, src)}))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--helper":
+        attack, port, conns, duration, pipelined, identity, sources = sys.argv[2:9]
+        print(json.dumps(attacker(attack, int(port), int(conns), float(duration),
+                                  int(pipelined), identity == "1", int(sources))))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("attack", choices=("tls-silent", "tls-hello", "pipeline"))
+    ap.add_argument("--conns", type=int, default=1000)
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--scrapers", type=int, default=20)
+    ap.add_argument("--request-timeout", type=float, default=15.0)
+    ap.add_argument("--pipelined", type=int, default=400)
+    ap.add_argument("--max-rss-growth-mib", type=float, default=40.0)
+    ap.add_argument("--identity", action="store_true",
+                    help="pipeline: ask for the uncompressed answer (Accept-Encoding: identity)")
+    ap.add_argument("--sources", type=int, default=1,
+                    help="loopback source addresses the attacking connections come from")
+    ap.add_argument("--serve-arg", action="append", default=[])
+    ap.add_argument("--src", type=Path, default=ROOT / "src",
+                    help="the podgpu sources to run (e.g. a `git archive` of an older commit)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    res = run_attack(args.attack, conns=args.conns, duration=args.duration,
+                     scrapers_n=args.scrapers, request_timeout=args.request_timeout,
+                     pipelined=args.pipelined, max_rss_growth_mib=args.max_rss_growth_mib,
+                     serve_args=tuple(args.serve_arg), src=args.src, identity=args.identity,
+                     sources=args.sources)
+    doc = asdict(res)
+    text = json.dumps(doc, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0 if res.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
