@@ -28,10 +28,19 @@ from podgpu.parts import (
 from podgpu.settings import CollectSettings, ServeSettings
 
 if TYPE_CHECKING:
+    from podgpu.accounting.source import Accountant
     from podgpu.attribution.base import Attributor
+    from podgpu.attribution.hpcjobs import HpcJobMapper
     from podgpu.backends.base import Backend
+    from podgpu.collect import CollectLoop
+    from podgpu.fields.listfollow import ListFollower
     from podgpu.fields.metriclist import MetricList
+    from podgpu.http.app import App
+    from podgpu.http.guard import ConnectionGuard
+    from podgpu.http.publish import Publisher
+    from podgpu.http.stats import HttpStats
     from podgpu.http.websecurity import WebSecurity
+    from podgpu.reload import MetricListSwitch
     from podgpu.sinks.cloudwatch import EmfSink
     from podgpu.sinks.prometheus.labels import LabelOptions
 
@@ -133,40 +142,67 @@ def run(agent: Agent, *, ready: Callable[[Agent], None] | None = None) -> int:
 
 
 def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
-    from podgpu.accounting import build_accountant, with_accounting_fields
-    from podgpu.attribution.hpcjobs import HpcJobMapper
-    from podgpu.backends.driverwait import DriverWait
-    from podgpu.collect import CollectLoop, Collector
-    from podgpu.fields.listfollow import ListFollower
-    from podgpu.fields.metriclist import describe_source
-    from podgpu.http.guard import ConnectionGuard
-    from podgpu.http.health import health
-    from podgpu.http.publish import Publisher
-    from podgpu.http.ready import driver_waiting, readiness
-    from podgpu.http.server import landing, make_app, run_listener
-    from podgpu.http.stats import HttpStats
-    from podgpu.reload import MetricListSwitch
-    from podgpu.sinks.live import LiveRenderer, ViewOptions
-    from podgpu.sinks.prometheus import RenderOptions, render
-    from podgpu.sinks.prometheus.source import MetricSource, render_sources
+    """Wire the parts in this order, then serve until stopped:
 
-    settings, backend, emf, security = agent.settings, agent.backend, agent.emf, agent.security
-    interval = settings.collect.interval
+    1. `wire_lists`: the metric list switch and its file follower (not started), and the fields
+       this node lacks reported (now, or once a late driver comes up).
+    2. `wire_publish`: the accountant, the listener's counters and the publisher that renders
+       each snapshot; nothing runs yet.
+    3. `wire_collect`: the collector and its loop, not started.
+    4. `start_collecting`: the EMF sink starts before the loop so the first cycle's snapshot is
+       offered to it; one cycle runs before the port accepts, so the first /metrics is valid;
+       then the loop's thread; the follower last, after the first cycle, so a list edit is only
+       ever applied between two cycles.
+    5. `wire_http`: /health's parts and the app.
+    6. `serve_until_stopped`: listen until SIGTERM/SIGINT or `agent.stop`; then stop the
+       follower, the loop, and the EMF sink last (its final send holds the last cycle). A port
+       that cannot be bound aborts the sink instead: a start that fails sends nothing.
+    """
+    _log_devices(agent)
+    wired = wire_lists(agent)
+    wire_publish(agent, wired)
+    wire_collect(agent, wired)
+    start_collecting(agent, wired)
+    app = wire_http(agent, wired)
+    return serve_until_stopped(agent, wired, app, ready)
+
+
+@dataclass(slots=True)
+class Wired:
+    """What `_serve`'s steps build, filled in step by step (None: that part is off)."""
+
+    lists: MetricListSwitch
+    follower: ListFollower | None
+    hpc: HpcJobMapper | None
+    acct: Accountant | None = None
+    stats: HttpStats | None = None
+    publisher: Publisher | None = None
+    loop: CollectLoop | None = None
+
+
+def _log_devices(agent: Agent) -> None:
+    from podgpu.backends.driverwait import DriverWait
+
+    backend = agent.backend
     devices = backend.devices()
     info = backend.info()
-    if settings.simulation is not None:
+    if agent.settings.simulation is not None:
         log.warning("SIMULATED GPU node: %d x %s; these values are not from real GPUs",
                     len(devices), devices[0].model if devices else "?")
     elif devices or not isinstance(backend, DriverWait):  # waiting: DriverWait logs it
         log.info("NVML: %d device(s), driver %s", len(devices), info.get("driver_version"))
-    def build_labels() -> tuple[tuple[str, str], ...]:
-        """podgpu_build_info's labels, read each cycle: a driver that came up after podgpu
-        started has its version known from then on."""
-        return (("version", __version__), ("backend", backend.name),
-                ("driver_version", backend.info().get("driver_version", "")),
-                ("python_version", sys.version.split()[0]))
 
-    c = settings.collect
+
+def wire_lists(agent: Agent) -> Wired:
+    """The metric list in use, the follower of its file, the HPC job mapper; the listed fields
+    this node lacks are logged."""
+    from podgpu.attribution.hpcjobs import HpcJobMapper
+    from podgpu.backends.driverwait import DriverWait
+    from podgpu.fields.listfollow import ListFollower
+    from podgpu.fields.metriclist import describe_source
+    from podgpu.reload import MetricListSwitch
+
+    backend, c = agent.backend, agent.settings.collect
     followed = list_file(c)
     if c.configmap is None:  # logged once everything is validated: a bad input stays one line
         log.info("%s", describe_source(followed, c.collectors))
@@ -187,12 +223,30 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
         backend.when_ready(report_unavailable)
     else:
         report_unavailable()
+    return Wired(lists, follower, hpc)
+
+
+def wire_publish(agent: Agent, wired: Wired) -> None:
+    """The accountant, the listener's counters and the publisher: each snapshot rendered with
+    the list in use, then the accountant's, the EMF sink's and the listener's families."""
+    from podgpu.accounting import build_accountant
+    from podgpu.http.publish import Publisher
+    from podgpu.http.stats import HttpStats
+    from podgpu.sinks.live import LiveRenderer, ViewOptions
+    from podgpu.sinks.prometheus import RenderOptions, render
+    from podgpu.sinks.prometheus.source import MetricSource, render_sources
+
+    settings, backend, emf, security = agent.settings, agent.backend, agent.emf, agent.security
+    lists = wired.lists
+
+    def build_labels() -> tuple[tuple[str, str], ...]:
+        """podgpu_build_info's labels, read each cycle: a driver that came up after podgpu
+        started has its version known from then on."""
+        return (("version", __version__), ("backend", backend.name),
+                ("driver_version", backend.info().get("driver_version", "")),
+                ("python_version", sys.version.split()[0]))
 
     acct = build_accountant(settings.accounting, agent.label_opts)  # None when off
-    insights = settings.emf is not None and settings.emf.container_insights
-    if insights:
-        from podgpu.sinks.cloudwatch.insights import KeepsInsightsFields, with_insights_fields
-
     stats = HttpStats(security.access if security is not None else None)
     sources: list[MetricSource] = [*([acct] if acct is not None else []),
                                    *([emf] if emf is not None else []), stats]
@@ -201,9 +255,37 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
         body = render(snapshot, lists.current, RenderOptions(agent.label_opts, build_labels(), timings))
         return body + render_sources(sources).encode()
 
-    publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
+    wired.acct, wired.stats = acct, stats
+    wired.publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
         node=settings.output.hostname, backend=backend.name, version=__version__,
-        interval_seconds=interval)))  # the page and /api/v1/snapshot
+        interval_seconds=settings.collect.interval)))  # the page and /api/v1/snapshot
+
+
+def wire_collect(agent: Agent, wired: Wired) -> None:
+    """The collector (the list's fields, plus what accounting and Container Insights read) and
+    its loop; each snapshot goes to the accountant, the EMF sink, then the publisher, and a
+    reloaded list is applied after it."""
+    from podgpu.accounting import with_accounting_fields
+    from podgpu.collect import CollectLoop, Collector
+
+    settings, emf, acct, lists = agent.settings, agent.emf, wired.acct, wired.lists
+    publisher = wired.publisher
+    assert publisher is not None  # wire_publish comes first
+    insights = settings.emf is not None and settings.emf.container_insights
+    fields = agent.metrics.fields
+    if insights:  # --emf-container-insights reads a few fields the list may leave out
+        from podgpu.sinks.cloudwatch.insights import KeepsInsightsFields, with_insights_fields
+
+        fields = with_insights_fields(fields)
+    hpc = wired.hpc
+    collector = Collector(agent.backend,
+                          fields if acct is None else with_accounting_fields(fields),
+                          attributor=agent.attributor,
+                          want_processes=agent.attributor is not None,
+                          hpc_jobs=hpc.read if hpc is not None else None)
+    target = collector if acct is None else acct.fields_target(collector)
+    if insights:
+        target = KeepsInsightsFields(target)
 
     def on_snapshot(snapshot: Any, seconds: float) -> None:
         if acct is not None:
@@ -216,32 +298,41 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
         # a list reloaded on SIGHUP takes over between cycles
         lists.apply(target)
 
-    fields = agent.metrics.fields
-    if insights:  # --emf-container-insights reads a few fields the list may leave out
-        fields = with_insights_fields(fields)
-    collector = Collector(backend, fields if acct is None else with_accounting_fields(fields),
-                          attributor=agent.attributor,
-                          want_processes=agent.attributor is not None,
-                          hpc_jobs=hpc.read if hpc is not None else None)
-    target = collector if acct is None else acct.fields_target(collector)
-    if insights:
-        target = KeepsInsightsFields(target)
-    loop = CollectLoop(collector, interval, on_snapshot, on_death=lambda exc: agent.stop(
-        f"the collect loop stopped: {type(exc).__name__}: {exc}"))
-    if emf is not None:
-        emf.start()
-    loop.run_once()  # the first /metrics is valid as soon as the port accepts
-    loop.start()
-    if follower is not None:
-        follower.start()  # a list edit is loaded on its thread, applied between two cycles
+    wired.loop = CollectLoop(collector, settings.collect.interval, on_snapshot,
+                             on_death=lambda exc: agent.stop(
+                                 f"the collect loop stopped: {type(exc).__name__}: {exc}"))
 
-    sinks: dict[str, Callable[[], dict[str, Any]]] = {"metric_list": lists.health}
+
+def start_collecting(agent: Agent, wired: Wired) -> None:
+    """EMF sink, first cycle, the loop's thread, the list follower: in that order (see
+    `_serve`)."""
+    assert wired.loop is not None  # wire_collect comes first
+    if agent.emf is not None:
+        agent.emf.start()
+    wired.loop.run_once()  # the first /metrics is valid as soon as the port accepts
+    wired.loop.start()
+    if wired.follower is not None:
+        wired.follower.start()  # a list edit is loaded on its thread, applied between two cycles
+
+
+def wire_http(agent: Agent, wired: Wired) -> App:
+    """/metrics, /health (with each part's entry), readiness, the page."""
+    from podgpu.backends.driverwait import DriverWait
+    from podgpu.http.health import health
+    from podgpu.http.ready import driver_waiting, readiness
+    from podgpu.http.server import landing, make_app
+
+    backend, emf, security, hpc = agent.backend, agent.emf, agent.security, wired.hpc
+    publisher, interval = wired.publisher, agent.settings.collect.interval
+    assert publisher is not None  # wire_publish comes first
+    sinks: dict[str, Callable[[], dict[str, Any]]] = {"metric_list": wired.lists.health}
     if emf is not None:
         sinks["emf"] = emf.health
     if security is not None:
         sinks["web_config"] = security.health
     if hpc is not None:
         sinks["hpc_job_mapping"] = hpc.health
+
     def health_of(strict: bool) -> tuple[int, dict[str, Any]]:
         status, body = health(publisher.current, time.time(), interval, backend.name,
                               strict=strict)
@@ -256,10 +347,20 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     # readiness: /health, or 503 while the NVIDIA driver is awaited (http/ready.py)
     waiting = (driver_waiting(backend.waiting, backend.devices, publisher)
                if isinstance(backend, DriverWait) else lambda: None)
-    app = make_app(lambda: publisher.current, health_of, index=landing(backend.name, publisher),
-                   ready=lambda: readiness(*health(publisher.current, time.time(), interval,
-                                                   backend.name), waiting()),
-                   live=publisher)
+    return make_app(lambda: publisher.current, health_of, index=landing(backend.name, publisher),
+                    ready=lambda: readiness(*health(publisher.current, time.time(), interval,
+                                                    backend.name), waiting()),
+                    live=publisher)
+
+
+def serve_until_stopped(agent: Agent, wired: Wired, app: App,
+                        ready: Callable[[Agent], None] | None) -> int:
+    """Listen until stopped, then stop the follower, the loop and the EMF sink, in that order;
+    1 when the collect loop died, else 0."""
+    from podgpu.http.server import run_listener
+
+    loop, stats, emf = wired.loop, wired.stats, agent.emf
+    assert loop is not None and stats is not None  # the wire_* steps come first
 
     def listening(addresses: list[tuple[str, int]], guard: ConnectionGuard) -> None:
         stats.guard = guard
@@ -268,16 +369,16 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
             ready(agent)
 
     try:
-        run_listener(app, settings.http, security=security, stopper=agent.stopper,
-                     reload_blocking=[lists.request], ready=listening)
+        run_listener(app, agent.settings.http, security=agent.security, stopper=agent.stopper,
+                     reload_blocking=[wired.lists.request], ready=listening)
     except ListenError:
         if emf is not None:  # a start that fails sends nothing
             emf.abort()
             emf = None
         raise
     finally:
-        if follower is not None:
-            follower.stop()
+        if wired.follower is not None:
+            wired.follower.stop()
         loop.stop()
         if emf is not None:
             emf.stop()
