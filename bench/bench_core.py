@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from tests.harness import free_port
 
 HOST = "127.0.0.1"
 BENCH_DIR = Path(__file__).resolve().parent
@@ -197,12 +198,6 @@ def valid(body: bytes, gpus: int) -> bool:
 
 
 # --------------------------------------------------------------------------- servers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 SRC_OVERRIDE: list[str] = []  # set by --podgpu-rev: a src/ tree that shadows the editable install
 
 

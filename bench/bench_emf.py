@@ -27,6 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.harness import free_port  # noqa: E402
+
 from podgpu.collect import Collector  # noqa: E402
 from podgpu.fields.metriclist import load_default  # noqa: E402
 from podgpu.sim.backend import MODELS, SimulatedBackend  # noqa: E402
@@ -187,12 +189,6 @@ def bench_bytes() -> dict[str, Any]:
                                               "bytes_per_minute": total,
                                               "bytes_per_hour": total * 60}
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bench_send(flushes: int) -> dict[str, Any]:

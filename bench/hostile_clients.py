@@ -31,7 +31,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.harness import free_port  # noqa: E402
 from tests.hostile_peers import HostilePeers, gzip_bomb  # noqa: E402
 
 SEED = ROOT / "tests" / "fixtures" / "seed" / "cwagent-config.json"
@@ -51,12 +51,6 @@ BAD = {"bomb": "/bomb?mib=2048", "huge": "/huge?mib=100", "series": "/series?n=7
        "trickle": "/trickle"}
 CREDS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret",
          "AWS_EC2_METADATA_DISABLED": "true"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def podgpu(args: list[str], src: str | None, limit_gib: float, **kw: Any) -> subprocess.Popen[str]:

@@ -22,7 +22,6 @@ import argparse
 import gzip
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from deploy.gen import promql  # noqa: E402
 from deploy.gen.simnode import parse  # noqa: E402
+from tests.harness import free_port  # noqa: E402
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -95,12 +95,6 @@ def to_openmetrics(series: dict[Key, list[tuple[float, float]]]) -> str:
         out.extend(f"{name}{{{lab}}} {v!r} {t:.3f}\n" for t, v in sorted(points))
     out.append("# EOF\n")
     return "".join(out)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def query_range(url: str, expr: str, start: float, end: float) -> list[dict[str, Any]]:

@@ -1,21 +1,22 @@
-"""The core benchmark runs end to end, and podgpu and the baseline expose the same DCGM series.
+"""The core benchmark runs end to end, podgpu and the baseline expose the same DCGM series, every
+benchmark imports as `python -m bench.NAME` runs it, and the harness they share does what it says.
 
-Not a timed test: it runs `bench/bench_core.py --quick` on a 2-GPU simulated node and checks the
+Not a timed test: it runs `python -m bench.bench_core --quick` on a 2-GPU simulated node and checks the
 shape of its JSON and that both exposers (podgpu's renderer and prometheus_client) carry the same
 (metric family, gpu) pairs, which is what makes their timings comparable. No timing assertions.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench" / "bench_core.py"
+from tests.harness import ROOT, Serve, free_port, pct, proc_sample, rss_fds, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.integration
 def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("bench") / "core.json"
     proc = subprocess.run(
-        [sys.executable, str(BENCH), "--gpus", "2", "--scrapes", "50", "--concurrency", "4",
+        [sys.executable, "-m", "bench.bench_core", "--gpus", "2", "--scrapes", "50", "--concurrency", "4",
          "--quick", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=180,
     )
@@ -63,3 +64,41 @@ def test_podgpu_and_baseline_expose_the_same_dcgm_series(result: dict) -> None:
     assert {gpu for _, gpu in podgpu} == {"0", "1"}
     assert podgpu == baseline, (sorted(podgpu - baseline), sorted(baseline - podgpu))
     assert check["equal"] is True
+
+
+def test_every_benchmark_imports_as_a_module_from_the_root() -> None:
+    names = sorted(f"bench.{p.stem}" for p in (ROOT / "bench").glob("*.py"))
+    assert "bench.load" in names and "bench.bench_core" in names
+    code = "import importlib, sys\nfor n in sys.argv[1:]: importlib.import_module(n)\n"
+    proc = subprocess.run([sys.executable, "-c", code, *names], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_harness_serves_scrapes_reads_and_stops() -> None:
+    with Serve(["--simulate", "2xH100"]) as agent:
+        status, body = scrape(agent.url + "/metrics")
+        assert status == 200 and b"DCGM_FI_DEV_GPU_UTIL{" in body
+        status, zipped = scrape(agent.url + "/metrics", gzip=True)
+        assert status == 200 and b"DCGM_FI_DEV_GPU_UTIL{" in gzip.decompress(zipped)
+        assert scrape(agent.url + "/no-such-path")[0] == 404
+        sample = proc_sample(agent.pid)
+        assert sample["rss_kib"] > 0 and sample["threads"] >= 1 and sample["fds"] >= 3
+        rss_mib, fds = rss_fds(agent.pid)
+        assert rss_mib == sample["rss_kib"] / 1024 and fds >= 3
+    assert agent.exit_status == 0 and not agent.running()
+
+
+def test_harness_reports_an_agent_that_never_gets_ready() -> None:
+    agent = Serve(["--simulate", "2xH100", "--no-such-flag"])
+    with pytest.raises(RuntimeError, match="no-such-flag"):
+        agent.wait_ready(timeout=60)
+    assert agent.exit_status == 2
+
+
+def test_free_port_is_bindable_and_pct_is_nearest_rank() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", free_port()))
+    assert pct([], 0.99) == 0.0
+    assert pct([float(v) for v in range(1, 101)], 0.5) == 51.0
+    assert pct([3.0, 1.0, 2.0], 0.99) == 3.0

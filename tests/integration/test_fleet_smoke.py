@@ -16,10 +16,10 @@ from tests.integration.prometheus_peer import ensure_installed
 def test_tiny_fleet_reports_every_number(tmp_path: Path) -> None:
     ensure_installed()
     out = tmp_path / "fleet.json"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "fleet.py"), "--nodes", "2",
+    r = subprocess.run([sys.executable, "-m", "bench.fleet", "--nodes", "2",
                         "--gpus", "2", "--duration", "6", "--warmup", "4", "--rules-interval", "1s",
                         "--out", str(out)],
-                       capture_output=True, text=True, timeout=180)
+                       cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
     assert res["up"]["targets_up_now"] == 2

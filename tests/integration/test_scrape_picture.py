@@ -24,8 +24,8 @@ def test_scrape_log_records_a_real_podgpu(tmp_path: Path) -> None:
     try:
         p.wait_ready()
         log = tmp_path / "log.jsonl"
-        r = subprocess.run([sys.executable, str(ROOT / "bench" / "scrape_log.py"),
-                            p.url + "/metrics", "2", str(log)], capture_output=True, text=True, timeout=30)
+        r = subprocess.run([sys.executable, "-m", "bench.scrape_log",
+                            p.url + "/metrics", "2", str(log)], cwd=ROOT, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr
     finally:
         p.stop()
@@ -48,8 +48,8 @@ def test_picture_from_a_log_is_drawn_from_query_range(tmp_path: Path) -> None:
             f.write(json.dumps({"t": base + t, "body": body.decode()}) + "\n")
         f.write(json.dumps({"t": base + 60, "error": "connection refused"}) + "\n")
     png, out = tmp_path / "p.png", tmp_path / "p.json"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "scrape_picture.py"), str(log), str(png),
-                        "--title", "test", "--json", str(out)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "bench.scrape_picture", str(log), str(png),
+                        "--title", "test", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     res = json.loads(out.read_text())
@@ -71,8 +71,8 @@ def test_picture_from_a_log_is_drawn_from_query_range(tmp_path: Path) -> None:
 def test_a_bad_log_line_names_the_file_and_line(tmp_path: Path) -> None:
     log = tmp_path / "bad.jsonl"
     log.write_text('{"t": 1, "body": ""}\nnot json\n')
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "scrape_picture.py"), str(log),
-                        str(tmp_path / "x.png")], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "bench.scrape_picture", str(log),
+                        str(tmp_path / "x.png")], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert f"{log}:2: not a scrape-log line" in r.stderr
 
@@ -83,9 +83,9 @@ def test_the_h200_log_gives_the_pod_its_exclusive_gpus_square_wave(tmp_path: Pat
     ensure_installed()
     log = ROOT / "bench" / "results" / "h200-scrape-log-2026-12-03.jsonl.gz"
     out = tmp_path / "h200.json"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "scrape_picture.py"), str(log),
+    r = subprocess.run([sys.executable, "-m", "bench.scrape_picture", str(log),
                         str(tmp_path / "h200.png"), "--json", str(out)],
-                       capture_output=True, text=True, timeout=120)
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
     (pod,) = res["pods"]

@@ -20,16 +20,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import resource
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.harness import ROOT, free_port, pct, rss_fds
+from tests.harness import ROOT, Serve, pct, rss_fds
 
 PER_HELPER = 8000
 PARTIAL = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\nX-Slow: "
@@ -180,77 +180,55 @@ def main() -> int:
 
 
 def run_load(args: argparse.Namespace) -> LoadResult:
-    port = free_port()
-    cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", f"{args.gpus}xH100",
-           "-a", f"127.0.0.1:{port}", *args.serve_arg]
-    log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"podgpu-load-{port}.log"
-    res = LoadResult(cmd, args.scrapers, args.scrape_every, args.duration, args.slow,
+    agent = Serve(["--simulate", f"{args.gpus}xH100", *args.serve_arg],
+                  src=getattr(args, "src", ROOT / "src"))
+    port = agent.port
+    res = LoadResult(agent.cmd, args.scrapers, args.scrape_every, args.duration, args.slow,
                      args.half_open)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                                env={**os.environ,
-                                     "PYTHONPATH": str(getattr(args, "src", ROOT / "src"))})
-        helpers: list[subprocess.Popen[str]] = []
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise RuntimeError("podgpu did not start") from None
-                    time.sleep(0.1)
-            res.rss_mib_before = round(rss_fds(proc.pid)[0], 1)
-            left = args.half_open
-            while left > 0:
-                n = min(PER_HELPER, left)
-                helpers.append(subprocess.Popen(
-                    [sys.executable, "-m", "tests.support.load", "--helper", str(port), str(n),
-                     str(args.duration + 5)], stdout=subprocess.PIPE, text=True))
-                left -= n
-            sampler_stop = False
+    helpers: list[subprocess.Popen[str]] = []
+    try:
+        agent.wait_ready()
+        res.rss_mib_before = round(rss_fds(agent.pid)[0], 1)
+        left = args.half_open
+        while left > 0:
+            n = min(PER_HELPER, left)
+            helpers.append(subprocess.Popen(
+                [sys.executable, "-m", "tests.support.load", "--helper", str(port), str(n),
+                 str(args.duration + 5)], stdout=subprocess.PIPE, text=True, cwd=ROOT))
+            left -= n
+        sampler_stop = False
 
-            def sample() -> None:
-                while not sampler_stop:
-                    rss, fds = rss_fds(proc.pid)
-                    res.rss_mib_max = max(res.rss_mib_max, round(rss, 1))
-                    res.fds_max = max(res.fds_max, fds)
-                    time.sleep(0.5)
+        def sample() -> None:
+            while not sampler_stop:
+                rss, fds = rss_fds(agent.pid)
+                res.rss_mib_max = max(res.rss_mib_max, round(rss, 1))
+                res.fds_max = max(res.fds_max, fds)
+                time.sleep(0.5)
 
-            import threading
-
-            t = threading.Thread(target=sample, daemon=True)
-            t.start()
-            t0 = time.monotonic()
-            lat = asyncio.run(run(args, port, res))
-            elapsed = time.monotonic() - t0
-            sampler_stop = True
-            res.latency_ms = {"p50": pct(lat, 0.5), "p90": pct(lat, 0.9), "p99": pct(lat, 0.99),
-                              "max": round(max(lat), 2) if lat else 0.0}
-            res.scrapes_per_s = round(res.scrapes / elapsed, 1)
-            for h in helpers:
-                h.terminate()
-                out, _ = h.communicate(timeout=30)
-                res.half_open_opened += int((out.split() or ["0"])[-1])
-        finally:
-            for h in helpers:
-                if h.poll() is None:
-                    h.kill()
-            if proc.poll() is None:
-                proc.terminate()
-            try:
-                res.exit_status = proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                res.exit_status = proc.wait()
-    data = log_path.read_bytes()
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        t0 = time.monotonic()
+        lat = asyncio.run(run(args, port, res))
+        elapsed = time.monotonic() - t0
+        sampler_stop = True
+        res.latency_ms = {"p50": pct(lat, 0.5), "p90": pct(lat, 0.9), "p99": pct(lat, 0.99),
+                          "max": round(max(lat), 2) if lat else 0.0}
+        res.scrapes_per_s = round(res.scrapes / elapsed, 1)
+        for h in helpers:
+            h.terminate()
+            out, _ = h.communicate(timeout=30)
+            res.half_open_opened += int((out.split() or ["0"])[-1])
+    finally:
+        for h in helpers:
+            if h.poll() is None:
+                h.kill()
+        res.exit_status, err = agent.stop()
+    data = err.encode()
     res.log_lines, res.log_bytes = data.count(b"\n"), len(data)
-    log_path.unlink()
     return res
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
