@@ -6,7 +6,7 @@ Snapshots of a simulated node (tests/fakes/churn_node.py: 8 GPUs, each time-slic
 text added to /metrics each cycle, as `podgpu serve` renders it). Reports the median and p99 per
 cycle of each, and the two together.
 
-    .venv/bin/python bench/bench_accounting.py --cycles 3000 --out bench/results/accounting-DATE.json
+    .venv/bin/python -m bench.bench_accounting --cycles 3000 --out bench/results/accounting-DATE.json
 """
 
 from __future__ import annotations

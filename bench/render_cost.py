@@ -1,7 +1,7 @@
 """Render cost of one 8-GPU simulated snapshot: the whole /metrics body, and podgpu's own
 self-metrics alone (`MetricSource` families rendered by one function).
 
-Run: .venv/bin/python bench/render_cost.py   (best of five loops, microseconds per render; the
+Run: .venv/bin/python -m bench.render_cost (best of five loops, microseconds per render; the
 imports fall back to the older module paths, so the same script measures an older tree with
 PYTHONPATH=<that tree>/src)
 """

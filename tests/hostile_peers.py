@@ -3,7 +3,7 @@ scrape targets, `podgpu top`'s nodes, the EMF sender's endpoint.
 
 A real TCP server (a thread per connection) that reads the request head and then misbehaves as
 the path says. These are fakes that inject faults (the project's rule: fakes only for faults); the
-good paths serve real text. bench/hostile_clients_long.py uses the same server with bigger sizes.
+good paths serve real text. bench/hostile_clients.py uses the same server with bigger sizes.
 
 Paths:
 - `/good`: a small valid exposition (a gauge and a counter that counts scrapes);
