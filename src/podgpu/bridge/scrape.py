@@ -35,7 +35,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 from podgpu import __version__
-from podgpu.boundedget import GetError, get, printable
+from podgpu.boundedget import GetError, StartTimer, get, printable, thread_timer
 from podgpu.bridge.parse import Family, ParseError, parse_exposition
 from podgpu.errors import ConfigError
 
@@ -130,12 +130,16 @@ class Target:
 
     def __init__(self, url: str, instance: str, timeout: float, *,
                  max_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 max_samples: int = DEFAULT_MAX_SAMPLES) -> None:
+                 max_samples: int = DEFAULT_MAX_SAMPLES,
+                 start_timer: StartTimer = thread_timer) -> None:
+        """`start_timer` runs each scrape's deadline (boundedget.get's; tests fire it by
+        hand)."""
         parts = urllib.parse.urlsplit(url.strip())
         self.url = redact(url)
         """Shown in /metrics, /health and the log: never the password."""
         self.instance = instance
         self._timeout = timeout
+        self._start_timer = start_timer
         self.max_bytes = max_bytes
         self.max_samples = max_samples
         self._plain_url = urllib.parse.urlunsplit(
@@ -162,7 +166,7 @@ class Target:
         """The answer as text, decompressed and within the caps; ScrapeError says why not."""
         try:
             answer = get(self._plain_url, timeout=self._timeout, max_bytes=self.max_bytes,
-                         headers=self._headers)
+                         headers=self._headers, start_timer=self._start_timer)
         except GetError as exc:
             error = str(exc)
         else:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import resource
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from podgpu.boundedget import GetError, get
+from podgpu.boundedget import GetError, StartTimer, get, thread_timer
 from podgpu.bridge import scrape
 from podgpu.bridge.parse import Family, parse_exposition
 from podgpu.bridge.scrape import ScrapeError, Target, count_samples, parse_url, redact
@@ -29,9 +28,10 @@ def peers() -> Iterator[HostilePeers]:
     srv.close()
 
 
-def target(url: str, timeout: float = 3.0, **kw: int) -> Target:
+def target(url: str, timeout: float = 3.0, start_timer: StartTimer = thread_timer,
+           **kw: int) -> Target:
     u, instance = parse_url(url)
-    return Target(u, instance, timeout, **kw)
+    return Target(u, instance, timeout, start_timer=start_timer, **kw)
 
 
 def failure(t: Target) -> str:
@@ -127,11 +127,21 @@ def test_a_trickling_target_is_cut_at_its_deadline(peers: HostilePeers) -> None:
 
 
 def test_a_trickling_target_says_which_deadline(peers: HostilePeers) -> None:
-    assert failure(target(peers.url("/trickle"), timeout=1.5)) == "no complete answer within 1.5 s"
+    timer = HandTimer()
+    t = target(peers.url("/trickle"), timeout=1.5, start_timer=timer)
+    errors: list[str] = []
+    getting = threading.Thread(target=lambda: errors.append(failure(t)), daemon=True)
+    getting.start()
+    wait_for(lambda: timer.armed, what="the scrape's deadline armed")
+    assert timer.armed == [1.5]
+    timer.fire()  # the deadline passes
+    getting.join(30)
+    assert errors == ["no complete answer within 1.5 s"]
 
 
 def test_one_scrape_in_flight_per_target(peers: HostilePeers) -> None:
-    t = target(peers.url("/trickle"), timeout=2.0)
+    timer = HandTimer()
+    t = target(peers.url("/trickle"), timeout=2.0, start_timer=timer)
     errors: list[str] = []
 
     def slow() -> None:
@@ -142,9 +152,11 @@ def test_one_scrape_in_flight_per_target(peers: HostilePeers) -> None:
 
     first = threading.Thread(target=slow)
     first.start()
-    time.sleep(0.3)
+    wait_for(lambda: timer.armed, what="the first scrape's deadline armed")
     assert failure(t) == "the previous scrape is still running"
-    first.join(5)
+    assert timer.armed == [2.0]  # the second scrape started no request
+    timer.fire()  # the first scrape's deadline passes
+    first.join(30)
     assert errors == ["no complete answer within 2 s"]
     assert t.stats().failed == 2
 
