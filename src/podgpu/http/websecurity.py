@@ -1,7 +1,8 @@
 """The web config at run time: load at start (bad file = exit 2), then follow the file.
 
 exporter-toolkit re-reads the file on every request and handshake; podgpu checks the file and every
-file it names (certificate, key, client CA) once a second and on SIGHUP, by content, so a
+file it names (certificate, key, client CA) once a second and on SIGHUP, by content (podgpu.follow,
+on the event loop, without `settle`: a change is reloaded at the first poll that sees it), so a
 Kubernetes Secret update (a symlink swap) or an in-place rewrite rotates the certificate within
 about a second without a restart. A reload is all or nothing: if the new file or any certificate
 in it is bad, the last good config keeps serving, the log says why once per change, and /health's
@@ -19,20 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import ssl
 import time
 from collections.abc import Callable
 from typing import Any
 
+from podgpu.follow import DEFAULT_POLL_SECONDS, Follower, poll_on_loop
 from podgpu.http.app import App
 from podgpu.http.auth import AccessControl, BasicAuthChecker, Policy, RateLimiter
 from podgpu.http.tls import TlsReloader
-from podgpu.http.webconfig import WebConfig, WebConfigError, load_web_config, read_regular
+from podgpu.http.webconfig import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger(__name__)
-DEFAULT_POLL_SECONDS = 1.0
 
 
 class WebSecurity:
@@ -54,8 +54,7 @@ class WebSecurity:
         self.last_error: str | None = None
         self.last_error_public: str | None = None  # without user names, for /health
         self.failed_reloads = 0
-        self._watched = cfg.files
-        self._digest = _digest(self._watched)
+        self._follower = Follower(cfg.files)
         self._kick = asyncio.Event()
         self._force = False
         self._task: asyncio.Task[None] | None = None
@@ -85,10 +84,8 @@ class WebSecurity:
     def check(self) -> bool:
         """Reload if a watched file changed (or a reload was requested); True if reloaded."""
         force, self._force = self._force, False
-        digest = _digest(self._watched)
-        if digest == self._digest and not force:
+        if self._follower.poll() is None and not force:
             return False
-        self._digest = digest
         return self.reload()
 
     def reload(self) -> bool:
@@ -97,8 +94,7 @@ class WebSecurity:
         level = logging.ERROR
         try:
             cfg = load_web_config(self.path)
-            self._watched = cfg.files  # a file named only by the new version is followed too
-            self._digest = _digest(self._watched)
+            self._follower.watch(cfg.files)  # a file named only by the new version too
             if (cfg.tls is None) != (self.tls is None):
                 raise WebConfigError(f"{self.path}: turning TLS {'on' if cfg.tls else 'off'} "
                                      "needs a restart")
@@ -150,7 +146,9 @@ class WebSecurity:
         return body
 
     async def _start_watching(self, _app: App) -> None:
-        self._task = asyncio.create_task(self._watch(), name="podgpu-web-config")
+        self._task = asyncio.create_task(
+            poll_on_loop(self.check, self._poll, self._kick, what=f"the web config {self.path}"),
+            name="podgpu-web-config")
 
     async def _stop_watching(self, _app: App) -> None:
         task, self._task = self._task, None
@@ -159,16 +157,6 @@ class WebSecurity:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.access.checker.close()
-
-    async def _watch(self) -> None:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self._poll)
-            self._kick.clear()
-            try:
-                self.check()
-            except Exception:  # a bug here must not stop following the file
-                log.exception("checking the web config failed")
 
 
 def removed_protection(old: WebConfig, new: WebConfig) -> str:
@@ -215,17 +203,6 @@ def _policy(cfg: WebConfig, old: Policy | None) -> Policy:
                                                                      cfg.rate_limit_burst)
     return Policy(users=dict(cfg.users), headers=cfg.headers,
                   allowed_sans=cfg.tls.client_allowed_sans if cfg.tls else (), rate=rate)
-
-
-def _digest(paths: tuple[str, ...]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(p.encode() + b"\0")
-        try:  # regular files only: open() of a FIFO would block the event loop
-            h.update(hashlib.sha256(read_regular(p, 1 << 21)).digest())
-        except WebConfigError as exc:
-            h.update(str(exc).encode())
-    return h.hexdigest()
 
 
 def _iso(t: float) -> str:
