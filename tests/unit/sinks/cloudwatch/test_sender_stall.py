@@ -46,13 +46,23 @@ class Blocking:
     def __init__(self) -> None:
         self.release = threading.Event()
         self.entered = threading.Event()
+        self.blocked = False
+        """True while a send is held by the fault."""
         self.sent: list[str] = []
 
     def send(self, batch: list[tuple[int, str]]) -> int:
         self.entered.set()
+        self.blocked = not self.release.is_set()
         self.release.wait(60)
+        self.blocked = False
         self.sent.extend(m for _, m in batch)
         return 0
+
+    def deadline(self, done: threading.Event, _seconds: float) -> bool:
+        """The sender's `wait`: the send deadline passes as soon as a send is held by the fault
+        (no real waiting); a send that is not held is waited for."""
+        wait_for(lambda: done.is_set() or self.blocked, what="the send done or held")
+        return done.is_set()
 
     def close(self) -> None:
         pass
@@ -109,10 +119,17 @@ def test_a_trickling_cloudwatch_endpoint_cannot_hold_a_send(monkeypatch: pytest.
     assert sender.health()["status"].startswith("failing: ")
 
 
+def sends_returned() -> None:
+    """Wait until the sender's helper threads have ended (the released send returned)."""
+    wait_for(lambda: not [t for t in threading.enumerate() if t.name == "podgpu-emf-send"],
+             what="the stuck send's thread to end")
+
+
 def test_failing_then_stalled_then_ok(clock: FakeClock) -> None:
     dest = Blocking()
     q = EventQueue(1 << 20)
-    sender = Sender(dest, q, clock=clock, send_timeout=0.3, interval=10.0)
+    sender = Sender(dest, q, clock=clock, send_timeout=0.3, interval=10.0,
+                    wait=dest.deadline)
     q.put(int(clock.now * 1000), emf(5))
     assert sender.health()["status"] == "ok"
     sender.pump()
@@ -127,7 +144,7 @@ def test_failing_then_stalled_then_ok(clock: FakeClock) -> None:
     sender.pump()
     assert sender.stats().failing.endswith("has not returned yet")
     dest.release.set()
-    time.sleep(0.2)
+    sends_returned()
     clock.advance(120)
     assert sender.pump() is None
     h = sender.health()
@@ -138,7 +155,8 @@ def test_failing_then_stalled_then_ok(clock: FakeClock) -> None:
 def test_an_abortable_destination_is_used_again_at_once(clock: FakeClock) -> None:
     dest = Abortable()
     q = EventQueue(1 << 20)
-    sender = Sender(dest, q, clock=clock, send_timeout=0.3, interval=10.0)
+    sender = Sender(dest, q, clock=clock, send_timeout=0.3, interval=10.0,
+                    wait=dest.deadline)
     q.put(int(clock.now * 1000), emf(4))
     sender.pump()
     assert dest.aborted == 1 and sender.stats().failing.endswith("within 0.3 s")
@@ -146,7 +164,7 @@ def test_an_abortable_destination_is_used_again_at_once(clock: FakeClock) -> Non
     assert sender.pump() is None  # a second send started while the first is still stuck
     assert dest.sent == emf(4) and sender.stats().sent == 4 and sender.health()["status"] == "ok"
     dest.release.set()  # the abandoned send returns late: ignored, nothing acked twice
-    time.sleep(0.2)
+    sends_returned()
     assert sender.stats().sent == 4 and len(q) == 0
 
 
@@ -164,7 +182,7 @@ def test_shutdown_with_a_stuck_destination_spools_or_counts_everything(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, spool: bool) -> None:
     dest = Blocking()
     q = EventQueue(1 << 20, str(tmp_path) if spool else None)
-    sender = Sender(dest, q, send_timeout=1.0, interval=1.0)
+    sender = Sender(dest, q, send_timeout=1.0, interval=1.0, wait=dest.deadline)
     node = SimNode(2)
     sink = EmfSink(node.builder(), Encoder(load_emf_config(str(SEED))), q, dest, interval=1.0,
                    sender=sender)
