@@ -26,7 +26,7 @@ import ssl
 import threading
 import urllib.parse
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 
 MAX_REASON = 120
@@ -40,6 +40,8 @@ class GetError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
+    status: int
+    """One of the statuses the caller asked for (200 unless it asked for more)."""
     body: bytes
     """Decompressed, at most the cap."""
     content_type: str
@@ -96,10 +98,13 @@ class _Watchdog:
 
 
 def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] | None = None,
-        context: ssl.SSLContext | None = None, start_timer: StartTimer = thread_timer) -> Answer:
-    """GET `url` (http or https; userinfo is ignored: pass an Authorization header) within
-    `timeout` seconds in all and `max_bytes` of body after decompression. GetError says why not.
-    `start_timer` runs the deadline (tests pass one they fire by hand)."""
+        context: ssl.SSLContext | None = None, statuses: Container[int] = (200,),
+        start_timer: StartTimer = thread_timer) -> Answer:
+    """GET `url` (http or https, with its ?query; userinfo is ignored: pass an Authorization
+    header) within `timeout` seconds in all and `max_bytes` of body after decompression.
+    GetError says why not. An answer whose status is in `statuses` is read and returned (an
+    API's error answers carry their reason in the body); a 3xx never is. `start_timer` runs the
+    deadline (tests pass one they fire by hand)."""
     parts = urllib.parse.urlsplit(url)
     host, port = parts.hostname or "", parts.port
     if parts.scheme == "https":
@@ -116,9 +121,9 @@ def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] 
         dog.watch(conn.sock)
         conn.request("GET", path, headers=hdrs)
         resp = conn.getresponse()
-        body = _body(resp, max_bytes)
+        body = _body(resp, max_bytes, statuses)
         if not dog.expired:  # the shutdown can look like the clean end of a short answer
-            return Answer(body, resp.getheader("Content-Type") or "",
+            return Answer(resp.status, body, resp.getheader("Content-Type") or "",
                           resp.headers.get_content_charset())
         del body
     except GetError as exc:
@@ -134,12 +139,12 @@ def get(url: str, *, timeout: float, max_bytes: int, headers: Mapping[str, str] 
     raise GetError(f"no complete answer within {timeout:g} s" if late else error)
 
 
-def _body(resp: http.client.HTTPResponse, limit: int) -> bytes:
+def _body(resp: http.client.HTTPResponse, limit: int, statuses: Container[int]) -> bytes:
     status = resp.status
     if 300 <= status < 400:
         where = printable(resp.getheader("Location") or "nowhere")
         raise GetError(f"HTTP {status} redirect to {where} not followed (use that URL instead)")
-    if status != 200:
+    if status not in statuses:
         raise GetError(f"HTTP {status} {printable(resp.reason)}".rstrip())
     length = resp.getheader("Content-Length")
     if length is not None and length.strip().isdigit() and int(length) > limit:

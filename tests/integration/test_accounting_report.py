@@ -22,6 +22,7 @@ import pytest
 from podgpu import cli
 from tests.conftest import free_port
 from tests.fakes.churn_node import BUSY_W
+from tests.hostile_peers import hostile_peers
 from tests.integration.accounting_day import RESTART_AT, SCRAPE, Day, start_day
 
 pytestmark = pytest.mark.integration
@@ -197,7 +198,7 @@ def test_an_unreachable_prometheus_is_exit_1() -> None:
 
 
 class _NotPrometheus(http.server.BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
+    def do_GET(self) -> None:
         body = b"<html>login page</html>"
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
@@ -218,6 +219,33 @@ def test_a_server_that_is_not_prometheus_is_exit_1(tmp_path: Path) -> None:
     finally:
         server.shutdown()
     assert code == 1 and "is not JSON; is this a Prometheus?" in err
+
+
+def test_a_redirect_is_exit_1_naming_the_url_and_the_location() -> None:
+    with hostile_peers() as peers:
+        peers.aliases["/api/v1/query_range"] = "/redirect?to=http://elsewhere:9090/login"
+        base = peers.url("")
+        code, out, err = report("--prometheus", base, "--last", "1h", "--timeout", "5")
+        assert peers.hits == {"/redirect": 1}  # asked once, not followed
+    assert (code, out) == (1, "") and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{base}/api/v1/query_range" in err
+    assert "HTTP 302 redirect to http://elsewhere:9090/login not followed" in err
+
+
+def test_a_trickling_prometheus_is_cut_at_the_timeout() -> None:
+    """The server sends a byte a second forever; --timeout 0.5 is for the whole query."""
+    with hostile_peers() as peers:
+        peers.aliases["/api/v1/query_range"] = "/trickle"
+        base = peers.url("")
+        code, out, err = report("--prometheus", base, "--last", "1h", "--timeout", "0.5")
+        assert peers.hits == {"/trickle": 1} and peers.trickled >= 1
+    assert (code, out) == (1, "") and err.count("\n") == 1 and "Traceback" not in err
+    assert f"{base}/api/v1/query_range: no complete answer within 0.5 s" in err
+
+
+def test_credentials_in_the_url_are_refused_without_showing_them() -> None:
+    code, out, err = report("--prometheus", "http://user:s3cret@prometheus:9090")
+    assert (code, out) == (2, "") and "--prometheus" in err and "s3cret" not in err
 
 
 def test_prometheus_refusing_the_query_is_exit_1_with_its_reason(day: Day) -> None:

@@ -2,7 +2,8 @@
 
     podgpu report --prometheus http://prometheus:9090 --last 30d --price-gpu-hour 2.5 --price-kwh 0.15
 
-Asks Prometheus (`/api/v1/query_range`) for podgpu's accounting counters over the range, in
+Asks Prometheus (GET `/api/v1/query_range`, podgpu.boundedget: each query within --timeout in
+all, redirects refused) for podgpu's accounting counters over the range, in
 chunks of at most a day (a progress line on stderr when there is more than one), and adds up each
 series' increase (docs/accounting.md). Exit status 2 for bad flags, 1 when Prometheus cannot be
 asked or answers with an error.
@@ -17,9 +18,7 @@ import math
 import re
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -32,6 +31,7 @@ from podgpu.accounting.report import (
     Row,
     add_series,
 )
+from podgpu.boundedget import GetError, get
 from podgpu.errors import ConfigError, PodgpuError
 from podgpu.options import Option, go_flags, new_parser, resolve
 
@@ -80,7 +80,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="PRICE"),
     Option(("--format",), "format", None, "table", "output format", _format,
            metavar="|".join(FORMATS)),
-    Option(("--timeout",), "timeout", None, 60.0, "seconds per request", _float,
+    Option(("--timeout",), "timeout", None, 60.0, "seconds per query, for the whole of it "
+           "(connect, answer); redirects are refused", _float,
            metavar="SECONDS"),
 )
 """`podgpu report`'s flags (podgpu.options, the engine every command uses)."""
@@ -125,33 +126,41 @@ def check_url(url: str) -> str:
                           "e.g. http://prometheus:9090")
     if parts.query or parts.fragment:
         raise ConfigError(f"--prometheus {url!r}: give the base URL without ?query or #fragment")
+    if "@" in parts.netloc:
+        raise ConfigError("--prometheus: credentials in the URL are not supported; give the "
+                          "URL of a Prometheus that needs none (e.g. through kubectl port-forward)")
     return url.rstrip("/")
 
 
+ANSWERED = frozenset({200, *range(400, 600)})
+"""Statuses whose body is read: Prometheus' error answers carry `errorType` and `error`."""
+
+
 class Client:
-    """query_range against one Prometheus, errors translated to PrometheusError."""
+    """query_range against one Prometheus through podgpu.boundedget (one deadline for the whole
+    call, a size cap, redirects refused), errors translated to PrometheusError."""
 
     def __init__(self, url: str, timeout: float) -> None:
         self.url, self.timeout = url, timeout
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Any]:
-        body = urllib.parse.urlencode({"query": expr, "start": repr(start), "end": repr(end),
-                                       "step": repr(step)}).encode()
-        req = urllib.request.Request(f"{self.url}/api/v1/query_range", data=body, method="POST",
-                                     headers={"Content-Type": "application/x-www-form-urlencoded",
-                                              "Accept": "application/json"})
+        where = f"{self.url}/api/v1/query_range"
+        query = urllib.parse.urlencode({"query": expr, "start": repr(start), "end": repr(end),
+                                        "step": repr(step)})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read(MAX_BODY_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise PrometheusError(f"{self.url}: HTTP {exc.code} for query_range: "
-                                  f"{_prom_error(exc.read(4096))}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            why = getattr(exc, "reason", exc)
-            raise PrometheusError(f"cannot reach Prometheus at {self.url}: {why}") from None
-        if len(raw) > MAX_BODY_BYTES:
-            raise PrometheusError(f"{self.url}: answer larger than {MAX_BODY_BYTES >> 20} MiB; "
-                                  "use a coarser --step or a --selector")
+            answer = get(f"{where}?{query}", timeout=self.timeout, max_bytes=MAX_BODY_BYTES,
+                         headers={"Accept": "application/json"}, statuses=ANSWERED)
+        except GetError as exc:
+            why = str(exc)
+            if why.startswith("answer"):
+                why += "; use a coarser --step or a --selector"
+            elif why.startswith("no complete answer"):
+                why += " (--timeout)"
+            raise PrometheusError(f"cannot reach Prometheus at {where}: {why}") from None
+        raw = answer.body
+        if answer.status != 200:
+            raise PrometheusError(f"{self.url}: HTTP {answer.status} for query_range: "
+                                  f"{_prom_error(raw[:4096])}")
         try:
             doc = json.loads(raw)
         except ValueError:
