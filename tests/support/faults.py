@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -23,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from tests.harness import ROOT
+from tests.harness import ROOT, Serve, rss_fds
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path
 
 
@@ -60,30 +58,20 @@ def scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
-
-
 def kubelet_outage(outage: float, interval_ms: int = 1000, gpus: int = 8,
                    port: int = 0) -> KubeletOutage:
-    from tests.conftest import free_port
-
-    port = port or free_port()
-    url = f"http://127.0.0.1:{port}/metrics"
     uuids = [d.uuid for d in SimulatedBackend(gpus, MODELS["H100"]).devices()]
     res = KubeletOutage(outage, interval_ms, gpus)
     interval = interval_ms / 1000
     with socket_path() as sock:
         kubelet = FakeKubelet(sock).start()
         kubelet.set_pods([gpu_pod("ml", "train-0", "main", "nvidia.com/gpu", uuids[0])])
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "podgpu", "serve", "--simulate", f"{gpus}xH100", "-k",
-             "--pod-resources-kubelet-socket", sock, "-c", str(interval_ms),
-             "--simulate-scenario", "none", "-a", f"127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "NODE_NAME": "faults"})
+        agent = Serve(["--simulate", f"{gpus}xH100", "-k", "--pod-resources-kubelet-socket", sock,
+                       "-c", str(interval_ms), "--simulate-scenario", "none"],
+                      port=port or None, src=ROOT / "src", node_name="faults")
+        url = agent.url + "/metrics"
         try:
+            agent.wait_ready()
             for _ in range(300):
                 try:
                     m = scrape(url)
@@ -92,7 +80,7 @@ def kubelet_outage(outage: float, interval_ms: int = 1000, gpus: int = 8,
                 except OSError:
                     pass
                 time.sleep(0.1)
-            res.rss_mib_before = round(rss_mib(proc.pid), 1)
+            res.rss_mib_before = round(rss_fds(agent.pid)[0], 1)
 
             def observe() -> tuple[bool, int, int] | None:
                 res.scrapes += 1
@@ -138,10 +126,9 @@ def kubelet_outage(outage: float, interval_ms: int = 1000, gpus: int = 8,
                     res.labels_back_after_cycles = o[1] - cycles_at_return
                     break
                 time.sleep(interval / 10)
-            res.rss_mib_after = round(rss_mib(proc.pid), 1)
+            res.rss_mib_after = round(rss_fds(agent.pid)[0], 1)
         finally:
-            proc.terminate()
-            proc.wait(15)
+            agent.stop()
             kubelet.stop()
     return res
 

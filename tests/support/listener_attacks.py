@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import resource
 import socket
 import ssl
@@ -50,7 +49,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.harness import ROOT, free_port, pct, rss_fds
+from tests.harness import ROOT, Serve, pct, rss_fds
 from tests.tlsutil import Pki
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\n\r\n"
@@ -196,79 +195,60 @@ def run_attack(attack: str, *, conns: int, duration: float, scrapers_n: int = 20
                request_timeout: float = 15.0, pipelined: int = 400, gpus: int = 8,
                max_rss_growth_mib: float = 40.0, serve_args: tuple[str, ...] = (),
                src: Path = ROOT / "src", identity: bool = False, sources: int = 1) -> AttackResult:
-    port = free_port()
     tmp = Path(tempfile.mkdtemp(prefix="podgpu-attack-"))
-    cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", f"{gpus}xH100",
-           "-a", f"127.0.0.1:{port}", "--http-request-timeout", f"{request_timeout:g}",
-           *serve_args]
+    args = ["--simulate", f"{gpus}xH100", "--http-request-timeout", f"{request_timeout:g}", *serve_args]
     client_tls = None
     if attack.startswith("tls"):
-        cmd += ["--web-config-file", str(tls_config(tmp))]
+        args += ["--web-config-file", str(tls_config(tmp))]
         client_tls = ssl.create_default_context()
         client_tls.check_hostname = False
         client_tls.verify_mode = ssl.CERT_NONE
-    res = AttackResult(attack, cmd, conns, duration, request_timeout, scrapers_n,
+    agent = Serve(args, src=src, tls=client_tls is not None)
+    port = agent.port
+    res = AttackResult(attack, agent.cmd, conns, duration, request_timeout, scrapers_n,
                        identity=identity, sources=sources)
-    log_path = tmp / "podgpu.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log,
-                                env={**os.environ, "PYTHONPATH": str(src)})
-        try:
-            deadline = time.monotonic() + 30
-            while True:
+    try:
+        agent.wait_ready()
+        asyncio.run(scrapers(port, client_tls, scrapers_n, 3.0, res))  # warm up
+        res.rss_mib_before = round(rss_fds(agent.pid)[0], 1)
+        res.scrapes = 0
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
                 try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise RuntimeError("podgpu did not start") from None
-                    time.sleep(0.1)
-            asyncio.run(scrapers(port, client_tls, scrapers_n, 3.0, res))  # warm up
-            res.rss_mib_before = round(rss_fds(proc.pid)[0], 1)
-            res.scrapes = 0
-            stop = threading.Event()
+                    rss, fds = rss_fds(agent.pid)
+                except (OSError, StopIteration):
+                    return
+                res.rss_mib_max = max(res.rss_mib_max, round(rss, 1))
+                res.fds_max = max(res.fds_max, fds)
+                time.sleep(0.25)
 
-            def sample() -> None:
-                while not stop.is_set():
-                    try:
-                        rss, fds = rss_fds(proc.pid)
-                    except (OSError, StopIteration):
-                        return
-                    res.rss_mib_max = max(res.rss_mib_max, round(rss, 1))
-                    res.fds_max = max(res.fds_max, fds)
-                    time.sleep(0.25)
-
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
-            helper = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.listener_attacks", "--helper", attack, str(port), str(conns),
-                 str(duration), str(pipelined), str(int(identity)), str(sources)],
-                stdout=subprocess.PIPE, text=True)
-            time.sleep(1.0)
-            lat = asyncio.run(scrapers(port, client_tls, scrapers_n, duration - 1.0, res))
-            out, _ = helper.communicate(timeout=duration + 60)
-            stop.set()
-            sampler.join()
-            time.sleep(5.0)  # the attack's connections are closed: is the memory given back?
-            res.rss_mib_after_close = round(rss_fds(proc.pid)[0], 1)
-            got = json.loads(out)
-            closed: list[float] = got["closed"]
-            ages = closed + got["still_open"]
-            res.attack_opened = int(got["opened"])
-            res.attack_closed_by_server = len(closed)
-            res.attack_lifetime_s_max = round(max(ages), 2) if ages else 0.0
-            res.attack_lifetime_s_p50 = pct(ages, 0.5)
-            res.scrape_ms_p50, res.scrape_ms_p99 = pct(lat, 0.5), pct(lat, 0.99)
-            res.scrape_ms_max = round(max(lat), 2) if lat else 0.0
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-            try:
-                res.exit_status = proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                res.exit_status = proc.wait()
-    lines = log_path.read_text(errors="replace").splitlines()
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        helper = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.listener_attacks", "--helper", attack, str(port), str(conns),
+             str(duration), str(pipelined), str(int(identity)), str(sources)],
+            stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        lat = asyncio.run(scrapers(port, client_tls, scrapers_n, duration - 1.0, res))
+        out, _ = helper.communicate(timeout=duration + 60)
+        stop.set()
+        sampler.join()
+        time.sleep(5.0)  # the attack's connections are closed: is the memory given back?
+        res.rss_mib_after_close = round(rss_fds(agent.pid)[0], 1)
+        got = json.loads(out)
+        closed: list[float] = got["closed"]
+        ages = closed + got["still_open"]
+        res.attack_opened = int(got["opened"])
+        res.attack_closed_by_server = len(closed)
+        res.attack_lifetime_s_max = round(max(ages), 2) if ages else 0.0
+        res.attack_lifetime_s_p50 = pct(ages, 0.5)
+        res.scrape_ms_p50, res.scrape_ms_p99 = pct(lat, 0.5), pct(lat, 0.99)
+        res.scrape_ms_max = round(max(lat), 2) if lat else 0.0
+    finally:
+        res.exit_status, err = agent.stop()
+    lines = err.splitlines()
     res.log_lines, res.log_tail = len(lines), [line[:300] for line in lines[-8:]]
     res.rss_mib_growth = round(res.rss_mib_max - res.rss_mib_before, 1)
     res.passed = (res.failed == 0 and res.scrapes > 0 and res.exit_status == 0
@@ -284,24 +264,17 @@ def per_connection_memory(conns: int = 1000, src: Path = ROOT / "src") -> dict[s
     out: dict[str, float] = {}
     for kind in ("plain-idle", "tls-silent", "tls-one-byte", "tls-partial-hello",
                  "plain-pipelining-non-reader", "plain-pipelining-identity"):
-        port = free_port()
         tmp = Path(tempfile.mkdtemp(prefix="podgpu-mem-"))
-        cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", "8xH100",
-               "-a", f"127.0.0.1:{port}", "--http-request-timeout", "60"]
+        args = ["--simulate", "8xH100", "--http-request-timeout", "60"]
         if kind.startswith("tls"):
-            cmd += ["--web-config-file", str(tls_config(tmp))]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONPATH": str(src)})
+            args += ["--web-config-file", str(tls_config(tmp))]
+        agent = Serve(args, src=src, tls=kind.startswith("tls"))
+        port = agent.port
         socks: list[socket.socket] = []
         try:
-            for _ in range(300):
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    time.sleep(0.1)
+            agent.wait_ready()
             time.sleep(1.0)
-            before = rss_fds(proc.pid)[0]
+            before = rss_fds(agent.pid)[0]
             for _ in range(conns):
                 s = socket.socket()
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
@@ -316,12 +289,11 @@ def per_connection_memory(conns: int = 1000, src: Path = ROOT / "src") -> dict[s
                     s.sendall(GET_IDENTITY * 400)
                 socks.append(s)
             time.sleep(4.0)
-            out[kind] = round((rss_fds(proc.pid)[0] - before) * 1024 / conns, 1)
+            out[kind] = round((rss_fds(agent.pid)[0] - before) * 1024 / conns, 1)
         finally:
             for s in socks:
                 s.close()
-            proc.terminate()
-            proc.wait(15)
+            agent.stop()
     return out
 
 
