@@ -24,6 +24,7 @@ from podgpu.fields.metriclist import load_default
 from podgpu.sim.backend import MODELS, SimulatedBackend
 from podgpu.sim.scenario import SimulatedAttributor, parse_scenario
 from podgpu.sinks.prometheus.labels import LabelOptions
+from podgpu.sinks.prometheus.source import render_sources
 
 MINUTES = 120
 CYCLE = 10.0
@@ -63,7 +64,7 @@ def series() -> dict[Key, list[float]]:
         acc.observe(collector.cycle())
         if k % per_minute:
             continue
-        for line in acc.render().splitlines():
+        for line in render_sources([acc]).splitlines():
             m = _LINE.match(line)
             if m is not None:
                 key = (m.group(1), tuple(sorted(_PAIR.findall(m.group(2)) + list(TARGET))))

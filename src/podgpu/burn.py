@@ -119,7 +119,7 @@ def parse_gpus(text: str, count: int) -> list[int]:
     if text.strip().lower() == "all":
         return list(range(count))
     try:
-        picked = [int(part) for part in text.split(",") if part.strip()]
+        picked = [go_int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise ValueError(f"--gpus {text!r}: expected 'all' or indices like 0,1") from None
     bad = [g for g in picked if not 0 <= g < count]

@@ -80,6 +80,18 @@ def go_int(text: str) -> int:
     return value
 
 
+def go_int_between(low: int, high: int, what: str) -> Callable[[str], int]:
+    """A parser of `what` (e.g. "a number of connections"): a Go integer in low..high."""
+
+    def parse(text: str) -> int:
+        value = go_int(text)
+        if not low <= value <= high:
+            raise ValueError(f"expected {what} in {low}..{high}, got {text!r}")
+        return value
+
+    return parse
+
+
 def go_ms(text: str) -> int:
     """Milliseconds as a Go integer (dcgm-exporter's -c, -x and window flags)."""
     try:

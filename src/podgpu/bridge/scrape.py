@@ -38,6 +38,7 @@ from podgpu import __version__
 from podgpu.boundedget import GetError, StartTimer, get, printable, thread_timer
 from podgpu.bridge.parse import Family, ParseError, parse_exposition
 from podgpu.errors import ConfigError
+from podgpu.options import go_int_between
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 """Bytes of text after decompression (4 MiB; dcgm-exporter's answer for 8 GPUs is ~100 KB)."""
@@ -76,12 +77,8 @@ def parse_url(text: str) -> tuple[str, str]:
     return url, parts.netloc.rpartition("@")[2]
 
 
-def parse_sample_limit(text: str) -> int:
-    """--scrape-sample-limit: a count in 1..10,000,000."""
-    t = text.strip().replace("_", "")
-    if not t.isdigit() or not 1 <= int(t) <= 10_000_000:
-        raise ValueError(f"expected a number of samples between 1 and 10000000, got {text!r}")
-    return int(t)
+parse_sample_limit = go_int_between(1, 10_000_000, "a number of samples")
+"""--scrape-sample-limit: a count in 1..10,000,000 in Go's integer syntax."""
 
 
 def redact(url: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from podgpu.options import csv_list
+from podgpu.options import csv_list, go_int, go_int_between
 
 MAX_BURN_SECONDS = 86_400.0
 MAX_EMF_INTERVAL = 3600.0
@@ -42,10 +42,7 @@ def burn(text: str) -> tuple[float, float]:
     return pair
 
 
-def connections(text: str) -> int:
-    if not text.strip().isdigit() or not 16 <= int(text) <= 1_000_000:
-        raise ValueError(f"expected a whole number of connections in 16..1000000, got {text!r}")
-    return int(text)
+connections = go_int_between(16, 1_000_000, "a number of connections")
 
 
 def seconds_between(low: float, high: float) -> Callable[[str], float]:
@@ -75,13 +72,18 @@ def configmap(text: str) -> tuple[str, str] | None:
 
 
 def resolution(text: str) -> int:
-    if text.strip() not in ("1", "60"):
+    try:
+        value = go_int(text)
+    except ValueError:
+        value = 0
+    if value not in (1, 60):
         raise ValueError(f"use 1 (high resolution) or 60 (standard), got {text!r}")
-    return int(text)
+    return value
 
 
 def size(text: str) -> int:
-    """Bytes, with an optional K/M/G (binary) suffix: 16M = 16 MiB."""
+    """Bytes as decimal digits with an optional K/M/G (binary) suffix: 16M = 16 MiB. Not Go's
+    integer syntax: a size is a quantity with a unit, and `0x1B` would read two ways."""
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
     digits = t[:-1] if scale != 1 else t
