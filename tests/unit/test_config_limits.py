@@ -22,7 +22,7 @@ from podgpu.errors import ConfigError
     (["--simulate", "1", "--simulate-burn", "nan,nan"], {}, "--simulate-burn: expected ON,OFF"),
     (["--simulate", "1", "--simulate-burn", "inf,0"], {}, "--simulate-burn: expected ON,OFF"),
     (["--simulate", "1", "--simulate-burn", "1,1e300"], {}, "--simulate-burn: expected ON,OFF"),
-    (["--http-max-connections", "0"], {}, "--http-max-connections: expected a whole number"),
+    (["--http-max-connections", "0"], {}, "--http-max-connections: expected a number of connections in 16..1000000"),
     (["--http-request-timeout", "nan"], {}, "--http-request-timeout: must be between 1 and 600"),
     ([], {"PODGPU_HTTP_REQUEST_TIMEOUT": "0.1"},
      "environment variable PODGPU_HTTP_REQUEST_TIMEOUT: must be between 1 and 600"),

@@ -180,6 +180,7 @@ def test_the_hand_off_is_bounded_and_counts_what_it_drops() -> None:
 @pytest.mark.parametrize("spool", [False, True])
 def test_shutdown_with_a_stuck_destination_spools_or_counts_everything(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, spool: bool) -> None:
+    before = set(threading.enumerate())
     dest = Blocking()
     q = EventQueue(1 << 20, str(tmp_path) if spool else None)
     sender = Sender(dest, q, send_timeout=1.0, interval=1.0, wait=dest.deadline)
@@ -207,6 +208,10 @@ def test_shutdown_with_a_stuck_destination_spools_or_counts_everything(
         assert on_disk == left
     else:
         assert st.dropped == dropped + left and len(q) == 0
+    # the released send's thread and the sink's end while this test still owns the log
+    wait_for(lambda: not [t for t in threading.enumerate()
+                          if t.name.startswith("podgpu-emf") and t not in before],
+             what="this sink's threads ended")
 
 
 def test_a_send_error_from_the_helper_thread_is_the_senders(clock: FakeClock) -> None:
