@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+
+from tests.harness import free_port as free_port  # the one copy, re-exported for the tests
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -50,14 +51,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
         if parts and parts[0] in INTEGRATION_DIRS:
             item.add_marker(pytest.mark.integration)
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now (for a child process that cannot be told to
-    use port 0). The one copy in the tests; in-process servers bind port 0 instead."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 T = TypeVar("T")
