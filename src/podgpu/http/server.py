@@ -13,7 +13,6 @@ import asyncio
 import errno
 import json
 import logging
-import signal
 import socket
 import ssl
 import threading
@@ -35,7 +34,7 @@ from podgpu.http.guard import (
 from podgpu.http.live import add_live_routes, page_response
 from podgpu.http.publish import Publisher
 from podgpu.http.sighup import install_sighup
-from podgpu.signals import off_signal, on_signal
+from podgpu.signals import TERMINATION, off_signal, on_signal
 from podgpu.sinks.prometheus import CONTENT_TYPE
 
 if TYPE_CHECKING:
@@ -162,7 +161,7 @@ async def serve_until_stopped(app: App, host: str | None, port: int, *,
             ready([sock.getsockname()[:2] for sock in listener.sockets], guard)
         stop = asyncio.Event()
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in TERMINATION:
                 on_signal(loop, sig, stop.set)
         try:
             await stop.wait()
@@ -171,7 +170,7 @@ async def serve_until_stopped(app: App, host: str | None, port: int, *,
             listener.close()
             guard.close_all()
             if threading.current_thread() is threading.main_thread():
-                for sig in (signal.SIGTERM, signal.SIGINT):
+                for sig in TERMINATION:
                     off_signal(loop, sig)  # ignored from now on: a storm never kills the stop
     finally:
         await app.cleanup()
