@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.harness import free_port  # noqa: E402
+from tests.harness import Serve, free_port, rss_fds  # noqa: E402
 
 from podgpu.collect import Collector  # noqa: E402
 from podgpu.fields.metriclist import load_default  # noqa: E402
@@ -66,8 +66,8 @@ def node(clock: Clock) -> Collector:
 def series_builder() -> SeriesBuilder:
     return SeriesBuilder(load_default(), SeriesOptions(
         labels=LabelOptions(hostname="ip-10-0-1-5"), instance="ip-10-0-1-5:9400",
-        cluster_name="prod", node_name="ip-10-0-1-5",
-        extra=(("Service", "nvidia-dcgm-exporter"),)))
+        cluster_name="prod", node_name="ip-10-0-1-5", namespace="gpu-operator",
+        service="nvidia-dcgm-exporter"))
 
 
 def one_minute(encoder: Encoder, start: float) -> tuple[ClosedWindow, list[float]]:
@@ -219,16 +219,19 @@ def bench_send(flushes: int) -> dict[str, Any]:
         start = time.time() - time.time() % 60 - 60 * flushes
         cpu = []
         wall = []
+        events = 0
         for i in range(flushes):
             closed, _ = one_minute(encoder, start + 60 * i)
             c0, w0 = time.thread_time(), time.perf_counter()
-            queue.put(closed.timestamp_ms, encoder.encode(closed))
+            documents = encoder.encode(closed)
+            events += len(documents)
+            queue.put(closed.timestamp_ms, documents)
             sender.pump()
             cpu.append(time.thread_time() - c0)
             wall.append(time.perf_counter() - w0)
         st = sender.stats()
-        assert st.sent == 8 * flushes, st
-        return {"flushes": flushes, "cpu_per_flush_ms": stats(cpu), "wall_per_flush_ms": stats(wall),
+        assert st.sent == events, (events, st)
+        return {"flushes": flushes, "events_per_flush": events / flushes, "cpu_per_flush_ms": stats(cpu), "wall_per_flush_ms": stats(wall),
                 "first_flush_cpu_ms": cpu[0] * 1000,
                 "cpu_per_minute_percent_of_a_core": statistics.median(cpu) / 60 * 100}
     finally:
@@ -237,21 +240,11 @@ def bench_send(flushes: int) -> dict[str, Any]:
 
 
 def rss_of_serve(extra: list[str], seconds: float) -> float:
-    port = free_port()
-    cmd = [str(ROOT / ".venv" / "bin" / "podgpu"), "serve", "--simulate", "8", "-a",
-           f"127.0.0.1:{port}", *extra]
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    try:
+    """RSS in MiB of `podgpu serve --simulate 8 EXTRA`, `seconds` after it is ready."""
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    with Serve(["--simulate", "8", *extra], env=env) as serve:
         time.sleep(seconds)
-        with open(f"/proc/{p.pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS"):
-                    return int(line.split()[1]) / 1024
-        raise RuntimeError("no VmRSS")
-    finally:
-        p.terminate()
-        p.wait(10)
+        return rss_fds(serve.pid)[0]
 
 
 def bench_rss(seconds: float) -> dict[str, float]:
