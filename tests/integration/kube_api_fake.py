@@ -177,8 +177,9 @@ class FakeKubeApi:
                     return
                 parts = url.path.strip("/").split("/")
                 if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
-                    node = api.nodes.get(parts[3])
-                    self._json(200 if node else 404, node or {"kind": "Status", "code": 404})
+                    node_obj = api.nodes.get(parts[3])
+                    self._json(200 if node_obj else 404,
+                               node_obj or {"kind": "Status", "code": 404})
                     return
                 if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 \
                         and parts[4] == "configmaps":
@@ -297,9 +298,9 @@ class FakeKubeApi:
                 # Chunked, as the real API server streams watches: one JSON event per line.
                 q: queue.Queue[dict[str, Any] | None] = queue.Queue()
                 with api.lock:
-                    for rv, ev in events:
+                    for rv, past in events:
                         if rv > since:
-                            q.put(ev)
+                            q.put(past)
                     watchers.append(q)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

@@ -53,7 +53,7 @@ def gpu_pod(ns: str, name: str, container: str, resource: str, *ids: str) -> Fak
     return FakePod(ns, name, [FakeContainer(container, [(resource, list(ids))])])
 
 
-class _Servicer(pb_grpc.PodResourcesListerServicer):  # type: ignore[misc]
+class _Servicer(pb_grpc.PodResourcesListerServicer):
     def __init__(self, owner: FakeKubelet) -> None:
         self._owner = owner
 
@@ -67,7 +67,8 @@ class _Servicer(pb_grpc.PodResourcesListerServicer):  # type: ignore[misc]
             time.sleep(delay)
         if fail is not None:
             context.abort(fail, "injected failure")
-        resp = pb.ListPodResourcesResponse()
+        # The generated protobuf module builds its message classes at import and has no stubs.
+        resp = pb.ListPodResourcesResponse()  # type: ignore[attr-defined]
         for p in pods:
             pr = resp.pod_resources.add(name=p.name, namespace=p.namespace)
             pr.cpu_ids.extend([1, 2])  # master-only field: must not confuse any client
@@ -104,7 +105,9 @@ class FakeKubelet:
 
     def start(self) -> FakeKubelet:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
+        # The generated gRPC module (no stubs) has no annotations.
+        pb_grpc.add_PodResourcesListerServicer_to_server(  # type: ignore[no-untyped-call]
+            _Servicer(self), server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         server.start()
         self._server = server

@@ -305,8 +305,8 @@ def main() -> int:
                           "kib_per_connection": per_connection_memory(conns, src)}))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--helper":
-        attack, port, conns, duration, pipelined, identity, sources = sys.argv[2:9]
-        print(json.dumps(attacker(attack, int(port), int(conns), float(duration),
+        attack, port, conns_arg, duration, pipelined, identity, sources = sys.argv[2:9]
+        print(json.dumps(attacker(attack, int(port), int(conns_arg), float(duration),
                                   int(pipelined), identity == "1", int(sources))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

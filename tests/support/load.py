@@ -67,7 +67,8 @@ class LoadResult:
 async def scraper(port: int, until: float, every: float, offset: float, res: LoadResult,
                   lat: list[float]) -> None:
     """Back to back when `every` is 0, else one scrape per `every` seconds (as Prometheus)."""
-    reader = writer = None
+    reader: asyncio.StreamReader | None = None
+    writer: asyncio.StreamWriter | None = None
     next_at = time.monotonic() + offset
     while time.monotonic() < until:
         if every:
@@ -76,8 +77,10 @@ async def scraper(port: int, until: float, every: float, offset: float, res: Loa
         t0 = time.perf_counter()
         try:
             if writer is None:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection("127.0.0.1", port), 10)
+                # Unpacked apart from the await: inferred in the context of the Optional
+                # variables, wait_for's result would not narrow `writer`.
+                conn = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
+                reader, writer = conn
             assert reader is not None
             writer.write(b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\nAccept-Encoding: gzip\r\n\r\n")
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)

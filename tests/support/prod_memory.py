@@ -166,8 +166,9 @@ def main() -> int:
     for i in range(999):
         api.fake.put_service(service(f"team-{i % 100:03d}", f"svc-{i:04d}", {
             "app.kubernetes.io/name": f"app-{i:04d}", "app.kubernetes.io/instance": "prod"}))
-    for i, p in enumerate(others):
-        api.fake.put(pod(f"00000000-0000-4000-8000-{i:012d}", p.namespace, p.name, node=NODE))
+    for i, other in enumerate(others):
+        api.fake.put(pod(f"00000000-0000-4000-8000-{i:012d}", other.namespace, other.name,
+                         node=NODE))
     shutil.copytree(ROOT / "tests/fixtures/proc", work / "proc")
     paths = {"default_counters": str(ROOT / "etc/default-counters.csv"),
              "socket": str(work / "kubelet.sock"), "proc": str(work / "proc"),
