@@ -9,7 +9,7 @@ make sums over pods over-count). Per-container usage comes from per-process data
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from podgpu.model import ContainerRef, Device, Snapshot
 from podgpu.sinks.prometheus.labels import (
@@ -19,45 +19,47 @@ from podgpu.sinks.prometheus.labels import (
     holders_by_device,
     short_identity_pairs,
 )
-from podgpu.sinks.prometheus.text import family_header, format_seconds, label_pairs
+from podgpu.sinks.prometheus.source import Family, Sample, render
 
 ALLOCATION = "podgpu_gpu_allocation"
 MEMORY = "podgpu_pod_gpu_memory_used_bytes"
 UTIL = "podgpu_pod_gpu_utilization_ratio"
 
 
-def _ordered(ident: tuple[tuple[str, str], ...], attrs: tuple[tuple[str, str], ...]) -> str:
+def _ordered(ident: Pairs, attrs: Pairs) -> Pairs:
     # gpu, UUID, [GPU_I_ID], Hostname, pod, namespace, container, [pod_uid], [vgpu]
     order = {"pod": 0, "namespace": 1, "container": 2, "pod_uid": 3, "vgpu": 4}
-    return label_pairs(ident + tuple(sorted(attrs, key=lambda kv: order.get(kv[0], 9))))
+    return ident + tuple(sorted(attrs, key=lambda kv: order.get(kv[0], 9)))
+
+
+def pod_families(snapshot: Snapshot, opts: LabelOptions) -> list[Family]:
+    """The per-pod families of one snapshot, as data for the one renderer (source.render)."""
+    devices: dict[str, Device] = {s.device.key: s.device for s in snapshot.samples}
+    allocations = tuple(Sample(_ordered(ident, attrs), 1)
+                        for ident, attrs in allocation_series(snapshot, devices, opts))
+    mem, util = pod_usage(snapshot, devices)
+
+    def usage(table: Mapping[tuple[str, ContainerRef], float], cap: float | None
+              ) -> tuple[Sample, ...]:
+        rows = sorted(table.items(), key=lambda kv: (kv[0][0], kv[0][1].pod))
+        return tuple(Sample(_ordered(short_identity_pairs(devices[key], opts),
+                                     container_pairs(ref, opts)),
+                            value if cap is None else min(value, cap))
+                     for (key, ref), value in rows)
+
+    return [
+        Family(ALLOCATION, "1 for each container holding a GPU or MIG instance (kubelet "
+               "PodResources).", "gauge", allocations),
+        Family(MEMORY, "GPU memory used by the container's processes on this device (bytes).",
+               "gauge", usage(mem, None)),
+        Family(UTIL, "Sum of the container's per-process SM utilization on this device (0..1).",
+               "gauge", usage(util, 1.0)),
+    ]
 
 
 def render_pod_families(snapshot: Snapshot, opts: LabelOptions) -> str:
-    devices: dict[str, Device] = {s.device.key: s.device for s in snapshot.samples}
-    out: list[str] = []
-
-    alloc_lines = [f"{ALLOCATION}{{{_ordered(ident, attrs)}}} 1\n"
-                   for ident, attrs in allocation_series(snapshot, devices, opts)]
-    if alloc_lines:
-        out.append(family_header(
-            ALLOCATION, "1 for each container holding a GPU or MIG instance (kubelet PodResources).",
-            "gauge"))
-        out.extend(alloc_lines)
-
-    mem, util = pod_usage(snapshot, devices)
-    for name, help_text, table in (
-        (MEMORY, "GPU memory used by the container's processes on this device (bytes).", mem),
-        (UTIL, "Sum of the container's per-process SM utilization on this device (0..1).", util),
-    ):
-        if not table:
-            continue
-        out.append(family_header(name, help_text, "gauge"))
-        for (key, ref), value in sorted(table.items(), key=lambda kv: (kv[0][0], kv[0][1].pod)):
-            ident = short_identity_pairs(devices[key], opts)
-            attrs = container_pairs(ref, opts)
-            text = str(value) if isinstance(value, int) else format_seconds(min(value, 1.0))
-            out.append(f"{name}{{{_ordered(ident, attrs)}}} {text}\n")
-    return "".join(out)
+    """The per-pod families' text (a family without series says nothing)."""
+    return render(pod_families(snapshot, opts))
 
 
 def allocation_series(snapshot: Snapshot, devices: dict[str, Device], opts: LabelOptions

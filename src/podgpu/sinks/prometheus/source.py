@@ -4,9 +4,9 @@ A component that has something to report is a `MetricSource`: `families()` retur
 now (client_python's collector idea, node_exporter's per-collector update), and `render` turns
 any number of them into text-format lines, so HELP and TYPE, label escaping and number
 formatting are the same for all of them: the collect loop's self-metrics, accounting's counters,
-the EMF sink's, the bridge's and the listener's. Two renderers remain beside this one: the
-DCGM-compatible families' (exposition.py: their names and `%f` formatting are a contract) and
-the per-pod allocation and usage gauges' (pods.py), both with text.py's primitives.
+the per-pod gauges (pods.py), the EMF sink's, the bridge's and the listener's. One renderer
+remains beside this one, the DCGM-compatible families' (exposition.py: their names and `%f`
+formatting are a contract), with text.py's primitives.
 """
 
 from __future__ import annotations
