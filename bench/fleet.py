@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.harness import free_port
+from tests.harness import Serve, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "podgpu.rules.yml"
@@ -116,26 +116,20 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="podgpu-fleet-"))
-    nodes: list[tuple[subprocess.Popen[bytes], int]] = []
+    nodes: list[Serve] = []
     prom_proc: subprocess.Popen[bytes] | None = None
     try:
-        def start(i: int) -> tuple[subprocess.Popen[bytes], int]:
-            port = free_port()
-            env = {**os.environ, "NODE_NAME": f"fleet-node-{i:03d}", "PYTHONPATH": str(ROOT / "src")}
-            with open(work / f"node-{i:03d}.log", "wb") as log:
-                p = subprocess.Popen([sys.executable, "-m", "podgpu", "serve", "--simulate",
-                                      str(args.gpus), "--address", f"127.0.0.1:{port}"],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=log)
-            return p, port
+        def start(i: int) -> Serve:
+            return Serve(["--simulate", str(args.gpus)], node_name=f"fleet-node-{i:03d}",
+                         src=ROOT / "src")
 
         nodes.extend(start(i) for i in range(args.nodes))
         for i in range(args.nodes):
             for attempt in range(5):
-                p, port = nodes[i]
                 try:
-                    wait_http(f"http://127.0.0.1:{port}/metrics", p, log=work / f"node-{i:03d}.log")
+                    nodes[i].wait_ready(120.0)
                     break
-                except SystemExit as exc:
+                except RuntimeError as exc:
                     # another process on this shared machine took the free port first: retry
                     if "already in use" not in str(exc) or attempt == 4:
                         raise
@@ -151,7 +145,7 @@ def main(argv: list[str]) -> int:
             "rule_files": [str(rules)],
             "scrape_configs": [
                 {"job_name": "podgpu", "static_configs": [
-                    {"targets": [f"127.0.0.1:{port}" for _, port in nodes]}]},
+                    {"targets": [f"127.0.0.1:{node.port}" for node in nodes]}]},
                 {"job_name": "prometheus",
                  "static_configs": [{"targets": [f"127.0.0.1:{pport}"]}]},
             ],
@@ -167,7 +161,7 @@ def main(argv: list[str]) -> int:
 
         load0 = os.getloadavg()
         busy0 = machine_busy()
-        cpu0 = [proc_cpu_seconds(p.pid) for p, _ in nodes]
+        cpu0 = [proc_cpu_seconds(node.pid) for node in nodes]
         pcpu0 = proc_cpu_seconds(prom_proc.pid)
         t0 = time.monotonic()
         rss_peak = 0
@@ -175,14 +169,14 @@ def main(argv: list[str]) -> int:
             time.sleep(min(10.0, args.duration - (time.monotonic() - t0)))
             rss_peak = max(rss_peak, proc_rss_bytes(prom_proc.pid))
         elapsed = time.monotonic() - t0
-        cpu1 = [proc_cpu_seconds(p.pid) for p, _ in nodes]
+        cpu1 = [proc_cpu_seconds(node.pid) for node in nodes]
         pcpu1 = proc_cpu_seconds(prom_proc.pid)
         busy1 = machine_busy()
         load1 = os.getloadavg()
         w = f"{int(elapsed)}s"
         job = 'job="podgpu"'
         node_cpu = [(b - a) / elapsed for a, b in zip(cpu0, cpu1, strict=True)]
-        node_rss = [proc_rss_bytes(p.pid) for p, _ in nodes]
+        node_rss = [proc_rss_bytes(node.pid) for node in nodes]
         scrapes = prom.scalar(f"sum(count_over_time(up{{{job}}}[{w}]))")
         failed = prom.scalar(f"sum(count_over_time(up{{{job}}}[{w}])) - sum(sum_over_time(up{{{job}}}[{w}]))")
         p50 = prom.per_target(f"quantile_over_time(0.5, scrape_duration_seconds{{{job}}}[{w}])")
@@ -234,13 +228,11 @@ def main(argv: list[str]) -> int:
     finally:
         if prom_proc is not None:
             prom_proc.terminate()
-        for p, _ in nodes:
-            p.terminate()
-        for p, _ in nodes:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        for node in nodes:  # all at once, then each waited for (SIGKILL after 10 s)
+            if node.running():
+                node.proc.terminate()
+        for node in nodes:
+            node.stop(timeout=10.0)
         if prom_proc is not None:
             try:
                 prom_proc.wait(timeout=15)
