@@ -8,6 +8,7 @@ never reads growing podgpu's memory, a bad request echoed back."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -252,3 +253,34 @@ def test_memory_is_handed_back_after_a_wave_of_closes_not_under_steady_churn() -
 
     steady_pending, wave_pending = asyncio.run(main())
     assert not steady_pending and wave_pending
+
+
+def test_a_trim_runs_once_per_wave_and_again_while_connections_keep_closing() -> None:
+    from podgpu.http.conn import MemoryReturn
+
+    class Now(MemoryReturn):
+        TRIM_SECONDS = 0.0  # the trim's delay is not what this test is about
+
+    async def until(cond: Callable[[], bool]) -> None:
+        for _ in range(1000):
+            if cond():
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("the scheduled trim never ran")
+
+    async def main() -> list[tuple[int, bool]]:
+        m, seen = Now(), []
+        m.opened(600)
+        for i in range(Now.TRIM_AFTER):  # a wave ends: 256 closes, the open ones under half
+            m.closed_one(299 - i)
+        await until(lambda: m.trims == 1)
+        seen.append((m.trims, m.pending))  # nothing closed since: done, nothing rescheduled
+        m.opened(600)
+        for i in range(Now.TRIM_AFTER):
+            m.closed_one(299 - i)
+        m.closed_one(10)  # closes go on after the trim was scheduled: it runs again
+        await until(lambda: m.trims == 3)
+        seen.append((m.trims, m.pending))
+        return seen
+
+    assert asyncio.run(main()) == [(1, False), (3, False)]
