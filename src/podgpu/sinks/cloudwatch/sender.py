@@ -98,6 +98,8 @@ class Sender:
         pass one that decides by hand)."""
         self._stall_after = STALL_INTERVALS * interval + send_timeout
         self._stuck: threading.Thread | None = None
+        self._finished = False
+        """Set by `finish`: nothing is sent after the shutdown line added everything up."""
         self._abandoned: list[threading.Thread] = []
         self._queue = queue
         self._clock = clock
@@ -148,6 +150,7 @@ class Sender:
         the events left unsent. (`spooled` is the caller's view; the queue knows per segment
         whether its file was written.)"""
         del spooled
+        self._finished = True
         left = len(self._queue)
         lost = self._queue.drop_unspooled() if left else 0
         kept = left - lost
@@ -170,7 +173,7 @@ class Sender:
         Returns how many seconds to wait before the next attempt (None: nothing queued). Without
         a deadline it returns after PUMP_BUDGET seconds with 0.0 (call again)."""
         budget = time.monotonic() + PUMP_BUDGET
-        while True:
+        while not self._finished:
             now = self._clock()
             if now < self._next_attempt:
                 return self._next_attempt - now
@@ -185,6 +188,7 @@ class Sender:
                 self._timeout, max(0.1, deadline - now))  # a final send within the grace
             if not self._send([(ts, m) for ts, m, _ in batch], timeout):
                 return max(0.0, self._next_attempt - self._clock())
+        return None
 
     def _call(self, batch: Sequence[tuple[int, str]], timeout: float) -> int:
         """`destination.send(batch)` within `timeout` seconds, on a helper thread."""

@@ -208,10 +208,13 @@ def test_shutdown_with_a_stuck_destination_spools_or_counts_everything(
         assert on_disk == left
     else:
         assert st.dropped == dropped + left and len(q) == 0
-    # the released send's thread and the sink's end while this test still owns the log
+    # the released send's thread and the sink's end; nothing was sent after the shutdown line
     wait_for(lambda: not [t for t in threading.enumerate()
                           if t.name.startswith("podgpu-emf") and t not in before],
              what="this sink's threads ended")
+    assert sender.stats().sent == sent
+    if spool:
+        assert sum(len(p.read_text().splitlines()) for p in tmp_path.glob("*.jsonl")) == left
 
 
 def test_a_send_error_from_the_helper_thread_is_the_senders(clock: FakeClock) -> None:
