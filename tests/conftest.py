@@ -15,8 +15,16 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from tests.harness import free_port as free_port  # the one copy, re-exported for the tests
+
+# Property tests: the suite draws the same examples every run (a red CI run is a change's doing,
+# not the dice's) and has no per-example wall-clock deadline (pytest-timeout bounds a hang).
+# PODGPU_HYPOTHESIS=explore draws new examples each run, to look for new failures.
+hypothesis_settings.register_profile("suite", derandomize=True, deadline=None)
+hypothesis_settings.register_profile("explore", deadline=None)
+hypothesis_settings.load_profile(os.environ.get("PODGPU_HYPOTHESIS", "suite"))
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

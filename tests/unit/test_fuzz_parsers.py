@@ -29,7 +29,7 @@ from podgpu.model import Device
 from podgpu.sim.scenario import decode_scenario, parse_scenario
 from podgpu.sinks.cloudwatch.declarations import parse_emf_config
 
-FUZZ = settings(max_examples=300, deadline=2000,
+FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -145,6 +145,7 @@ VALID_EMF = {"metric_namespace": "ContainerInsights/Prometheus",
 
 @FUZZ
 @given(path=paths, value=json_values, wrap=st.sampled_from(["emf", "prometheus", "agent"]))
+@example(path=[1], value={"\n": None}, wrap="emf")  # a unit's metric name with a newline
 def test_emf_declarations(path: list[Any], value: Any, wrap: str) -> None:
     emf = mutate(VALID_EMF, path, value)
     doc: Any = {"emf": emf, "prometheus": {"emf_processor": emf, "cluster_name": "c"},

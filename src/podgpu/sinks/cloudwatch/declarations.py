@@ -143,11 +143,11 @@ def parse_emf_config(text: str, path: str = "<config>") -> EmfConfig:
     _expect(units_raw, dict, path, f"{emf_where}.metric_unit")
     units: dict[str, str] = {}
     for name, unit in units_raw.items():
-        _expect(unit, str, path, f"{emf_where}.metric_unit.{name}")
+        _expect(unit, str, path, _member(f"{emf_where}.metric_unit", name))
         if not name:
             continue  # awsemf skips a descriptor without a metric name, silently
         if unit not in CLOUDWATCH_UNITS:
-            warnings.append(f"{path}: {emf_where}.metric_unit.{name}: {unit!r} is not a "
+            warnings.append(f"{path}: {_member(emf_where + '.metric_unit', name)}: {unit!r} is not a "
                             "CloudWatch unit: dropped, as the agent drops it (its metric is "
                             "sent without a unit)")
             continue
@@ -266,6 +266,14 @@ def _json_type(value: Any) -> str:
         return "null"
     return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
             list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _member(where: str, name: str) -> str:
+    """`where.name` for a key the user wrote, or `where["..."]` (JSON-escaped, one line) when
+    the key is empty or holds characters an error message cannot show as they are."""
+    if name and name.isprintable() and name.strip() == name:
+        return f"{where}.{name}"
+    return f"{where}[{json.dumps(name)}]"
 
 
 def _unknown(obj: Mapping[str, Any], allowed: frozenset[str], path: str, where: str) -> None:
