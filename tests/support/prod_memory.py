@@ -238,6 +238,9 @@ def main() -> int:
             time.sleep(max(0.0, min(args.sample_every, args.duration - t)))
     finally:
         stop.set()
+        for s in scrapers.values():  # a scrape in flight ends before its server is stopped
+            if s.is_alive():
+                s.join(10.0)
         for p in procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
