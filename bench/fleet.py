@@ -57,13 +57,11 @@ def machine_busy() -> tuple[int, int]:
     return sum(parts) - idle, sum(parts)
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 120.0,
-              log: Path | None = None) -> None:
+def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = log.read_text(errors="replace")[-1500:] if log and log.exists() else ""
-            raise SystemExit(f"{proc.args!r} exited with {proc.returncode}: {tail}")
+            raise SystemExit(f"{proc.args!r} exited with {proc.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:

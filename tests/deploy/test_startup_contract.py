@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import ssl
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ from tests.deploy.standins import (
     environ_without_aws,
     self_signed,
 )
+from tests.harness import unverified_tls
 from tests.integration.kube_api_fake import pod
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path
 
@@ -53,9 +53,7 @@ NVML_APPEARS = ROOT / "tests" / "deploy" / "nvml_appears"
 DRIVER_DELAY = 20.0  # seconds until the fake NVML answers (the "after 20 s")
 PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
 # The kubelet does not verify the certificate of an HTTPS probe (InsecureSkipVerify).
-KUBELET_TLS = ssl.create_default_context()
-KUBELET_TLS.check_hostname = False
-KUBELET_TLS.verify_mode = ssl.CERT_NONE
+KUBELET_TLS = unverified_tls()
 
 
 @pytest.fixture

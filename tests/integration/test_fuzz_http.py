@@ -88,7 +88,7 @@ request = st.builds(
     line_end, st.binary(max_size=40))
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=250, suppress_health_check=list(HealthCheck))
 @given(data=request | st.binary(max_size=300))
 @example(data=b"GET /metrics HTTP/9.9\r\n\r\n")
 @example(data=b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n")

@@ -7,11 +7,11 @@ must be closed within the request deadline + 5 s, measured by the attacker."""
 from __future__ import annotations
 
 import socket
-import ssl
 import time
 from pathlib import Path
 
 from tests.conftest import ServeProcess
+from tests.harness import unverified_tls
 from tests.support.listener_attacks import run_attack, tls_config
 
 
@@ -53,8 +53,7 @@ def test_tls_connections_count_against_the_cap_before_their_handshake(tmp_path: 
         time.sleep(1.0)
         fds = len(list(Path(f"/proc/{p.proc.pid}/fd").iterdir()))
         assert fds <= base + 64 + 8, fds  # not one descriptor per silent connect
-        ctx = ssl.create_default_context()
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        ctx = unverified_tls()
         for _ in range(5):  # a scraper still gets in: the oldest silent ones make room
             with socket.create_connection(("127.0.0.1", p.port), timeout=5) as raw, \
                     ctx.wrap_socket(raw) as s:

@@ -49,7 +49,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.harness import ROOT, Serve, pct, rss_fds
+from tests.harness import ROOT, Serve, pct, rss_fds, unverified_tls
 from tests.tlsutil import Pki
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\n\r\n"
@@ -200,9 +200,7 @@ def run_attack(attack: str, *, conns: int, duration: float, scrapers_n: int = 20
     client_tls = None
     if attack.startswith("tls"):
         args += ["--web-config-file", str(tls_config(tmp))]
-        client_tls = ssl.create_default_context()
-        client_tls.check_hostname = False
-        client_tls.verify_mode = ssl.CERT_NONE
+        client_tls = unverified_tls()
     agent = Serve(args, src=src, tls=client_tls is not None)
     port = agent.port
     res = AttackResult(attack, agent.cmd, conns, duration, request_timeout, scrapers_n,

@@ -29,7 +29,7 @@ from podgpu.model import Device
 from podgpu.sim.scenario import decode_scenario, parse_scenario
 from podgpu.sinks.cloudwatch.declarations import parse_emf_config
 
-FUZZ = settings(max_examples=300, deadline=None,
+FUZZ = settings(max_examples=300,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

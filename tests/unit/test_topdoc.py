@@ -141,7 +141,7 @@ def no_controls(text: str) -> None:
                 or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff"], text
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(damaged())
 def test_any_damage_is_bad_or_renders_safely(data: bytes) -> None:
     try:
@@ -153,7 +153,7 @@ def test_any_damage_is_bad_or_renders_safely(data: bytes) -> None:
     no_controls(text)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300))
 def test_any_bytes_are_bad_or_a_document(data: bytes) -> None:
     with contextlib.suppress(BadDocument):

@@ -19,7 +19,7 @@ from podgpu.bridge import parse
 from podgpu.bridge.parse import Family, ParseError, parse_exposition
 from podgpu.bridge.series import Dropped, TargetLabels, to_series
 
-FUZZ = settings(max_examples=400, deadline=None,
+FUZZ = settings(max_examples=400,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TARGET = TargetLabels(job="j", instance="127.0.0.1:9400", cluster_name="c", node_name="n")
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from podgpu.cli import main
 from podgpu.http.webconfig import WebConfigError, parse_web_config
 
-FUZZ = settings(max_examples=120, deadline=None,
+FUZZ = settings(max_examples=120,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
 HASH = "$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG"

@@ -22,7 +22,7 @@ from podgpu.http.head import parse_head
 
 MAX_SIZE = 1024
 MAX_HEADERS = 8
-FUZZ = settings(max_examples=600, deadline=None,
+FUZZ = settings(max_examples=600,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

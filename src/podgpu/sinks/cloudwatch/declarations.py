@@ -143,11 +143,12 @@ def parse_emf_config(text: str, path: str = "<config>") -> EmfConfig:
     _expect(units_raw, dict, path, f"{emf_where}.metric_unit")
     units: dict[str, str] = {}
     for name, unit in units_raw.items():
-        _expect(unit, str, path, _member(f"{emf_where}.metric_unit", name))
+        unit_where = _member(f"{emf_where}.metric_unit", name)
+        _expect(unit, str, path, unit_where)
         if not name:
             continue  # awsemf skips a descriptor without a metric name, silently
         if unit not in CLOUDWATCH_UNITS:
-            warnings.append(f"{path}: {_member(emf_where + '.metric_unit', name)}: {unit!r} is not a "
+            warnings.append(f"{path}: {unit_where}: {unit!r} is not a "
                             "CloudWatch unit: dropped, as the agent drops it (its metric is "
                             "sent without a unit)")
             continue

@@ -39,21 +39,19 @@ def pod_families(snapshot: Snapshot, opts: LabelOptions) -> list[Family]:
                         for ident, attrs in allocation_series(snapshot, devices, opts))
     mem, util = pod_usage(snapshot, devices)
 
-    def usage(table: Mapping[tuple[str, ContainerRef], float], cap: float | None
-              ) -> tuple[Sample, ...]:
+    def usage(table: Mapping[tuple[str, ContainerRef], float]) -> tuple[Sample, ...]:
         rows = sorted(table.items(), key=lambda kv: (kv[0][0], kv[0][1].pod))
         return tuple(Sample(_ordered(short_identity_pairs(devices[key], opts),
-                                     container_pairs(ref, opts)),
-                            value if cap is None else min(value, cap))
+                                     container_pairs(ref, opts)), value)
                      for (key, ref), value in rows)
 
     return [
         Family(ALLOCATION, "1 for each container holding a GPU or MIG instance (kubelet "
                "PodResources).", "gauge", allocations),
         Family(MEMORY, "GPU memory used by the container's processes on this device (bytes).",
-               "gauge", usage(mem, None)),
+               "gauge", usage(mem)),
         Family(UTIL, "Sum of the container's per-process SM utilization on this device (0..1).",
-               "gauge", usage(util, 1.0)),
+               "gauge", usage({k: min(v, 1.0) for k, v in util.items()})),
     ]
 
 
