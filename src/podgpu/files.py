@@ -59,19 +59,8 @@ def read_head(path: str | os.PathLike[str], limit: int, *,
               follow_symlinks: bool = True) -> tuple[bytes, bool]:
     """The first `limit` bytes of the regular file at `path`, and whether it holds more;
     FileReadError as `read_bytes` for anything but the size."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-    if not follow_symlinks:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = _open_regular_fd(path, follow_symlinks)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise FileReadError(f"cannot read: {exc.strerror or exc}", exc.errno) from None
-    except ValueError as exc:  # a NUL in the path
-        raise FileReadError(f"cannot read: {exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise FileReadError(f"{kind_of(mode)}, not a regular file")
         parts: list[bytes] = []
         size = 0
         while size <= limit:
@@ -93,6 +82,19 @@ def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) 
     """The regular file at `path` open for reading in binary (for a reader that streams it, such
     as the spool's, with its own caps per line); opened without blocking and checked on the
     descriptor as `read_bytes` does. FileReadError says why not."""
+    fd = _open_regular_fd(path, follow_symlinks)
+    try:
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
+def _open_regular_fd(path: str | os.PathLike[str], follow_symlinks: bool) -> int:
+    """A descriptor open for reading on the regular file at `path`: opened without blocking, then
+    checked with `fstat` on that descriptor (closed again when it is not a regular file)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
         flags |= getattr(os, "O_NOFOLLOW", 0)
@@ -104,14 +106,13 @@ def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) 
         raise FileReadError(f"cannot read: {exc}") from None
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise FileReadError(f"{kind_of(mode)}, not a regular file")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-        raise
+    except OSError as exc:
+        os.close(fd)
+        raise FileReadError(f"cannot read: {exc.strerror or exc}", exc.errno) from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise FileReadError(f"{kind_of(mode)}, not a regular file")
+    return fd
 
 
 def read_text(path: str | os.PathLike[str], limit: int) -> str:
