@@ -7,17 +7,17 @@ import os
 import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from tests.harness import free_port as free_port  # the one copy, re-exported for the tests
+# the one copy of each, re-exported for the tests
+from tests.harness import free_port as free_port
+from tests.harness import http_get as http_get
+from tests.harness import wait_for as wait_for
 
 # Property tests: the suite draws the same examples every run (a red CI run is a change's doing,
 # not the dice's) and has no per-example wall-clock deadline (pytest-timeout bounds a hang).
@@ -59,34 +59,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = item.path.relative_to(tests).parts if item.path.is_relative_to(tests) else ()
         if parts and parts[0] in INTEGRATION_DIRS:
             item.add_marker(pytest.mark.integration)
-
-
-T = TypeVar("T")
-
-
-def wait_for(cond: Callable[[], T], timeout: float = 10.0, what: str = "condition",
-             interval: float = 0.02) -> T:
-    """Poll `cond` until it returns something true and return that; fail the test after
-    `timeout` seconds naming `what`. The one polling helper in the tests."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
-
-
-def http_get(url: str, headers: dict[str, str] | None = None
-             ) -> tuple[int, dict[str, str], bytes]:
-    """GET `url`: status, headers and body, error statuses included (5 s timeout)."""
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=5) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
 
 
 class InProcessAgent:
@@ -159,17 +131,15 @@ class ServeProcess:
         )
 
     def wait_ready(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def serving() -> bool:
             if self.proc.poll() is not None:
-                raise AssertionError(f"podgpu exited {self.proc.returncode}: {self.proc.stderr.read()}")  # type: ignore[union-attr]
+                raise AssertionError(f"podgpu exited {self.proc.returncode}: {self.proc.communicate()[1]}")
             try:
-                with urllib.request.urlopen(self.url + "/metrics", timeout=1) as r:
-                    if r.status == 200:
-                        return
+                return http_get(self.url + "/metrics", timeout=1)[0] == 200
             except OSError:
-                time.sleep(0.05)
-        raise AssertionError("podgpu did not serve /metrics in time")
+                return False
+
+        wait_for(serving, timeout, "podgpu to serve /metrics", interval=0.05)
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
         return http_get(self.url + path, headers)

@@ -17,10 +17,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
@@ -66,18 +66,43 @@ def rss_fds(pid: int) -> tuple[float, int]:
     return s["rss_kib"] / 1024, int(s["fds"])
 
 
+T = TypeVar("T")
+
+
+def wait_for(cond: Callable[[], T], timeout: float = 10.0, what: str = "condition",
+             interval: float = 0.02) -> T:
+    """Poll `cond` until it returns something true and return that; fail after `timeout` seconds
+    naming `what`. The one polling helper of the tests and benches: a condition that can end the
+    wait early (a process that exited) raises from inside `cond`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
+
+
+def http_get(url: str, headers: Mapping[str, str] | None = None, *, timeout: float = 5.0,
+             context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], bytes]:
+    """One GET: the status, the headers and the body as sent; HTTP errors are answers here, not
+    exceptions. The one GET helper of the tests and benches."""
+    req = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
+            return int(r.status), dict(r.headers), bytes(r.read())
+    except urllib.error.HTTPError as e:
+        return int(e.code), dict(e.headers), bytes(e.read())
+
+
 def scrape(url: str, *, gzip: bool = False, timeout: float = 5.0,
            context: ssl.SSLContext | None = None,
            headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
-    """One GET: the status and the body as sent (still gzipped when `gzip`); HTTP errors are
-    answers here, not exceptions."""
+    """`http_get` without the headers; `gzip` asks for a gzipped body (returned still gzipped)."""
     hdrs = {**(headers or {}), **({"Accept-Encoding": "gzip"} if gzip else {})}
-    req = urllib.request.Request(url, headers=hdrs)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
-            return int(r.status), bytes(r.read())
-    except urllib.error.HTTPError as e:
-        return int(e.code), bytes(e.read())
+    status, _, body = http_get(url, hdrs, timeout=timeout, context=context)
+    return status, body
 
 
 class Serve:
@@ -105,19 +130,20 @@ class Serve:
 
     def wait_ready(self, timeout: float = DEFAULT_READY_TIMEOUT) -> None:
         """Until `/health/ready` answers 200; RuntimeError with the agent's stderr if it exits."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.proc.poll() is not None:
                 rc, err = self.stop()
                 raise RuntimeError(f"podgpu serve exited {rc} before it was ready:\n{err}")
             try:
-                if scrape(self.url + "/health/ready", timeout=1, context=self._tls)[0] == 200:
-                    return
+                return scrape(self.url + "/health/ready", timeout=1, context=self._tls)[0] == 200
             except OSError:
-                pass
-            time.sleep(0.05)
-        rc, err = self.stop()
-        raise RuntimeError(f"podgpu serve was not ready in {timeout} s (exit {rc}):\n{err}")
+                return False
+
+        try:
+            wait_for(ready, timeout, "podgpu serve's /health/ready", interval=0.05)
+        except AssertionError:
+            rc, err = self.stop()
+            raise RuntimeError(f"podgpu serve was not ready in {timeout} s (exit {rc}):\n{err}") from None
 
     def running(self) -> bool:
         return self.proc.poll() is None

@@ -1,19 +1,19 @@
-"""Accounting on `podgpu serve --simulate 4`'s built-in scenario: over 20 s of real
-time, train-0's allocated seconds grow by ~20, infer-a + infer-b's together by ~20, and the pods'
+"""Accounting on `podgpu serve --simulate 4`'s built-in scenario, burning 1 s on and 1 s off: over
+at least 4 s of podgpu's own clock (two busy and two idle phases), train-0's allocated seconds grow
+by exactly the time between the two snapshots, infer-a + infer-b's together by the same, and the pods'
 energy on GPUs 0 and 1 equals DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION's increase within 3 %. Also:
 the counters are valid text format for Prometheus' own parser, `--accounting=false` removes them,
 a metric list without the energy counter still gives energy (collected, not exported)."""
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import InProcessAgent
+from tests.conftest import InProcessAgent, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -41,13 +41,13 @@ def scrape(p: InProcessAgent) -> tuple[float, dict[tuple[str, str, str], float]]
 
 
 def test_done_when_on_the_built_in_scenario(agent: type[InProcessAgent]) -> None:
-    p = agent("--simulate", "4")
+    p = agent("--simulate", "4", "--simulate-burn", "1,1")
     p.wait_ready()
     t0, a = scrape(p)
-    time.sleep(20)
-    t1, b = scrape(p)
-    elapsed = t1 - t0  # between the two snapshots, by podgpu's own clock: not the test's wall time
-    assert elapsed > 0  # the snapshots moved on
+    # the second scrape once podgpu's own snapshot clock has moved 4 s on: not the test's wall time
+    t1, b = wait_for(lambda: (later := scrape(p))[0] - t0 >= 4.0 and later, timeout=60,
+                     what="a snapshot 4 s after the first")
+    elapsed = t1 - t0
 
     def grew(metric: str, pod: str, gpu: str) -> float:
         return b[(metric, pod, gpu)] - a[(metric, pod, gpu)]
@@ -72,9 +72,12 @@ def test_accounting_off_and_fields_outside_the_list(agent: type[InProcessAgent],
     short.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n")
     p = agent("--simulate", "2", "-f", str(short))
     p.wait_ready()
-    time.sleep(3)
-    body = p.get("/metrics")[2].decode()
-    assert DEVICE_ENERGY not in body and "DCGM_FI_DEV_GPU_UTIL" not in body  # not exported
-    energy = [float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
-              if line.startswith(ENERGY + "{") and 'pod="train-0"' in line]
-    assert energy and energy[0] > 0  # but read for accounting
+
+    def energy_counted() -> str:
+        """The exposition once train-0's energy counter is above 0 (read for accounting)."""
+        body = p.get("/metrics")[2].decode()
+        return body if any(line.startswith(ENERGY + "{") and 'pod="train-0"' in line
+                           and float(line.rsplit(" ", 1)[1]) > 0 for line in body.splitlines()) else ""
+
+    body = wait_for(energy_counted, timeout=30, what="train-0's energy counter above 0")
+    assert DEVICE_ENERGY not in body and "DCGM_FI_DEV_GPU_UTIL" not in body  # but not exported

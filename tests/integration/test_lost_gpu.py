@@ -8,8 +8,8 @@ other GPUs keep reporting; the GPU's series come back when it does."""
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +17,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from podgpu.sim.backend import MODELS, SimulatedBackend
+from tests.conftest import wait_for
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod
 
 pytestmark = pytest.mark.integration
 
 U = [d.uuid for d in SimulatedBackend(4, MODELS["H100"]).devices()]  # `--simulate N` UUIDs
 PROBES = 6
-"""/health probes over 1.5 s: the chart's liveness probe restarts after 3 failures in a row."""
+"""/health probes, one per collect cycle: the chart's liveness probe restarts after 3 failures in a
+row, so 6 cycles in a row of 200 show the probe never fails while the GPU is lost."""
 
 
 def scenario(tmp_path: Path, gpu: int, *, back_at: float | None = None, pods: bool = True) -> str:
@@ -58,8 +60,27 @@ def scrape(p: Any) -> dict[str, list[Any]]:
     return out
 
 
+def scrape_until(p: Any, cond: Callable[[dict[str, list[Any]]], object], what: str
+                 ) -> dict[str, list[Any]]:
+    """The first scrape for which `cond` holds."""
+    def scraped() -> dict[str, list[Any]] | None:
+        m = scrape(p)
+        return m if cond(m) else None
+    return wait_for(scraped, what=what)
+
+
 def of(m: dict[str, list[Any]], name: str, uuid: str) -> list[Any]:
     return [s for s in m[name] if s.labels.get("UUID") == uuid]
+
+
+def collect_stamps(p: Any) -> list[float]:
+    return [s.value for s in scrape(p)["podgpu_last_collect_timestamp_seconds"]]
+
+
+def next_cycle(p: Any) -> None:
+    """Returns once podgpu has published a collect cycle after the one it shows now."""
+    before = collect_stamps(p)
+    wait_for(lambda: collect_stamps(p) > before, what="the next collect cycle")
 
 
 def probes_all_200(p: Any) -> list[dict[str, Any]]:
@@ -68,7 +89,7 @@ def probes_all_200(p: Any) -> list[dict[str, Any]]:
         status, _, body = p.get("/health")
         assert status == 200, body
         bodies.append(json.loads(body))
-        time.sleep(0.25)
+        next_cycle(p)
     return bodies
 
 
@@ -108,13 +129,8 @@ def test_four_gpus_one_lost_the_other_three_fresh_then_it_comes_back(
     assert_lost(m, U[2], None)
     assert sorted(s.labels["UUID"] for s in m["DCGM_FI_DEV_GPU_UTIL"]) == sorted(
         [U[0], U[1], U[3]])
-    stamps = [s.value for s in m["podgpu_last_collect_timestamp_seconds"]]
-    time.sleep(0.6)
-    assert [s.value for s in scrape(p)["podgpu_last_collect_timestamp_seconds"]] > stamps
-    deadline = time.monotonic() + 10
-    while not of(scrape(p), "DCGM_FI_DEV_GPU_UTIL", U[2]):
-        assert time.monotonic() < deadline, "the GPU's series did not come back"
-        time.sleep(0.1)
+    next_cycle(p)  # the lost GPU does not hold the collect loop up
+    wait_for(lambda: of(scrape(p), "DCGM_FI_DEV_GPU_UTIL", U[2]), what="the GPU's series back")
     status, _, body = p.get("/health")
     assert status == 200 and json.loads(body)["status"] == "ok"
     m = scrape(p)
@@ -128,19 +144,13 @@ def test_with_the_kubelet_the_lost_gpu_keeps_its_pod_labels(
               "--simulate-scenario", scenario(tmp_path, 0, pods=False), "-c", "250",
               "-f", metric_list(tmp_path))
     p.wait_ready()
-    deadline = time.monotonic() + 5
-    while not of(m := scrape(p), "podgpu_gpu_allocation", U[0]):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    m = scrape_until(p, lambda m: of(m, "podgpu_gpu_allocation", U[0]), "the kubelet's allocation")
     assert_lost(m, U[0], "train")
     (xid,) = of(m, "DCGM_FI_DEV_XID_ERRORS", U[0])
     assert (xid.labels["namespace"], xid.labels["container"]) == ("ml", "main")
     probes_all_200(p)
     kubelet.set_pods([])  # the allocation is gone: so are the pod labels, not the GPU
-    deadline = time.monotonic() + 5
-    while of(m := scrape(p), "podgpu_gpu_allocation", U[0]):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    m = scrape_until(p, lambda m: not of(m, "podgpu_gpu_allocation", U[0]), "the allocation gone")
     assert_lost(m, U[0], None)
 
 
