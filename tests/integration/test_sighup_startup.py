@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, wait_for
 
 
 def _catches(pid: int, sig: int) -> bool:
@@ -24,15 +24,20 @@ def _catches(pid: int, sig: int) -> bool:
     return bool(mask & (1 << (sig - 1)))
 
 
+def wait_catching(proc: subprocess.Popen[str], *sigs: int, interval: float = 0.01) -> None:
+    """Returns once `proc` has a handler for every signal of `sigs` (read from /proc: not timed)."""
+    def catching() -> bool:
+        assert proc.poll() is None, f"podgpu exited {proc.returncode}"
+        return all(_catches(proc.pid, sig) for sig in sigs)
+    wait_for(catching, timeout=30, what=f"handlers for {sigs}", interval=interval)
+
+
 def test_sighup_while_starting_is_ignored() -> None:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "podgpu", "serve", "--simulate", "1", "-a",
                              f"127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while not _catches(proc.pid, signal.SIGHUP):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.002)
+        wait_catching(proc, signal.SIGHUP, interval=0.002)
         os.kill(proc.pid, signal.SIGHUP)  # during start-up: before the first cycle and the port
         os.kill(proc.pid, signal.SIGHUP)
         assert proc.stderr is not None
@@ -43,9 +48,7 @@ def test_sighup_while_starting_is_ignored() -> None:
                 break
         assert proc.poll() is None, "".join(seen)
         assert any("SIGHUP" in line for line in seen), "".join(seen)
-        while not _catches(proc.pid, signal.SIGTERM):  # the server's handler, once it serves
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_catching(proc, signal.SIGTERM)  # the server's handler, once it serves
         proc.send_signal(signal.SIGTERM)
         rest = proc.communicate(timeout=30)[1]
         assert proc.returncode == 0, "".join(seen) + rest
@@ -90,13 +93,10 @@ def test_sighup_never_kills_podgpu_emf(address: str) -> None:
                              "--cluster-name", "c", "--emf-destination", "stdout", "-a", where],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while not _catches(proc.pid, signal.SIGHUP) or not _catches(proc.pid, signal.SIGTERM):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_catching(proc, signal.SIGHUP, signal.SIGTERM)
         for _ in range(3):
             os.kill(proc.pid, signal.SIGHUP)
-            time.sleep(0.2)
+            time.sleep(0.2)  # spaced as a person re-sending it would; SIGTERM then stops it
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=30)[1]
@@ -120,10 +120,7 @@ def test_sigint_during_start_up_ends_the_process(command: list[str]) -> None:
                              f"127.0.0.1:{free_port()}"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while not _catches(proc.pid, signal.SIGHUP):  # cli.main has begun
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.002)
+        wait_catching(proc, signal.SIGHUP, interval=0.002)  # cli.main has begun
         os.kill(proc.pid, signal.SIGINT)
         err = proc.communicate(timeout=30)[1]
         # killed by SIGINT during start-up, or (if start-up had already finished) a clean stop
