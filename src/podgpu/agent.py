@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from podgpu.http.publish import Publisher
     from podgpu.http.stats import HttpStats
     from podgpu.http.websecurity import WebSecurity
+    from podgpu.model import Snapshot
     from podgpu.reload import MetricListSwitch
     from podgpu.sinks.cloudwatch import EmfSink
     from podgpu.sinks.prometheus.labels import LabelOptions
@@ -108,7 +109,7 @@ def build_agent(settings: ServeSettings) -> Agent:
         pod_labels=k.pod_labels,
         old_namespace=settings.output.old_namespace,
     )
-    security = make_web_security(settings)
+    security = make_web_security(settings.http)
     scenario = make_scenario(settings)
     attributor = make_attributor(k, scenario)
     emf = (make_emf_sink(settings, metrics, label_opts, attributor)
@@ -142,42 +143,57 @@ def run(agent: Agent, *, ready: Callable[[Agent], None] | None = None) -> int:
 
 
 def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
-    """Wire the parts in this order, then serve until stopped:
+    """Wire the parts, each step taking what the steps before it returned, then serve until
+    stopped:
 
-    1. `wire_lists`: the metric list switch and its file follower (not started), and the fields
-       this node lacks reported (now, or once a late driver comes up).
-    2. `wire_publish`: the accountant, the listener's counters and the publisher that renders
-       each snapshot; nothing runs yet.
-    3. `wire_collect`: the collector and its loop, not started.
-    4. `start_collecting`: the EMF sink starts before the loop so the first cycle's snapshot is
-       offered to it; one cycle runs before the port accepts, so the first /metrics is valid;
-       then the loop's thread; the follower last, after the first cycle, so a list edit is only
-       ever applied between two cycles.
-    5. `wire_http`: /health's parts and the app.
-    6. `serve_until_stopped`: listen until SIGTERM/SIGINT or `agent.stop`; then stop the
+    1. `wire_lists` -> Lists: the metric list switch and its file follower (not started), and
+       the fields this node lacks reported (now, or once a late driver comes up).
+    2. `wire_publish` -> Publishing: the accountant, the listener's counters and the publisher
+       that renders each snapshot; nothing runs yet.
+    3. `wire_collect` -> CollectLoop: the collector and its loop, not started.
+    4. `start_collecting` -> Started: the EMF sink starts before the loop so the first cycle's
+       snapshot is offered to it; one cycle runs before the port accepts, so the first /metrics
+       is valid; then the loop's thread; the follower last, after the first cycle, so a list
+       edit is only ever applied between two cycles.
+    5. `wire_http` -> App: /health's parts and the routes.
+    6. `listen_until_stopped`: listen until SIGTERM/SIGINT or `agent.stop`; then stop the
        follower, the loop, and the EMF sink last (its final send holds the last cycle). A port
        that cannot be bound aborts the sink instead: a start that fails sends nothing.
     """
     _log_devices(agent)
-    wired = wire_lists(agent)
-    wire_publish(agent, wired)
-    wire_collect(agent, wired)
-    start_collecting(agent, wired)
-    app = wire_http(agent, wired)
-    return serve_until_stopped(agent, wired, app, ready)
+    lists = wire_lists(agent)
+    publishing = wire_publish(agent, lists)
+    loop = wire_collect(agent, lists, publishing)
+    started = start_collecting(agent, lists, loop)
+    app = wire_http(agent, lists, publishing)
+    return listen_until_stopped(agent, started, app, publishing.stats, ready)
 
 
-@dataclass(slots=True)
-class Wired:
-    """What `_serve`'s steps build, filled in step by step (None: that part is off)."""
+@dataclass(frozen=True, slots=True)
+class Lists:
+    """The metric list in use, its file's follower and the HPC job mapper (None: off)."""
 
-    lists: MetricListSwitch
+    switch: MetricListSwitch
     follower: ListFollower | None
     hpc: HpcJobMapper | None
-    acct: Accountant | None = None
-    stats: HttpStats | None = None
-    publisher: Publisher | None = None
-    loop: CollectLoop | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Publishing:
+    """The accountant (None: off), the listener's counters, the publisher of each snapshot."""
+
+    acct: Accountant | None
+    stats: HttpStats
+    publisher: Publisher[Snapshot]
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What runs until the listener returns, and the list reload that must not wait on it."""
+
+    loop: CollectLoop
+    follower: ListFollower | None
+    reload: Callable[[], object]
 
 
 def _log_devices(agent: Agent) -> None:
@@ -193,7 +209,7 @@ def _log_devices(agent: Agent) -> None:
         log.info("NVML: %d device(s), driver %s", len(devices), info.get("driver_version"))
 
 
-def wire_lists(agent: Agent) -> Wired:
+def wire_lists(agent: Agent) -> Lists:
     """The metric list in use, the follower of its file, the HPC job mapper; the listed fields
     this node lacks are logged."""
     from podgpu.attribution.hpcjobs import HpcJobMapper
@@ -223,10 +239,10 @@ def wire_lists(agent: Agent) -> Wired:
         backend.when_ready(report_unavailable)
     else:
         report_unavailable()
-    return Wired(lists, follower, hpc)
+    return Lists(lists, follower, hpc)
 
 
-def wire_publish(agent: Agent, wired: Wired) -> None:
+def wire_publish(agent: Agent, lists: Lists) -> Publishing:
     """The accountant, the listener's counters and the publisher: each snapshot rendered with
     the list in use, then the accountant's, the EMF sink's and the listener's families."""
     from podgpu.accounting import build_accountant
@@ -237,7 +253,7 @@ def wire_publish(agent: Agent, wired: Wired) -> None:
     from podgpu.sinks.prometheus.source import MetricSource, render_sources
 
     settings, backend, emf, security = agent.settings, agent.backend, agent.emf, agent.security
-    lists = wired.lists
+    switch = lists.switch
 
     def build_labels() -> tuple[tuple[str, str], ...]:
         """podgpu_build_info's labels, read each cycle: a driver that came up after podgpu
@@ -251,33 +267,32 @@ def wire_publish(agent: Agent, wired: Wired) -> None:
     sources: list[MetricSource] = [*([acct] if acct is not None else []),
                                    *([emf] if emf is not None else []), stats]
 
-    def render_snapshot(snapshot, timings):  # type: ignore[no-untyped-def]
-        body = render(snapshot, lists.current, RenderOptions(agent.label_opts, build_labels(), timings))
+    def render_snapshot(snapshot: Snapshot, timings: tuple[tuple[str, float], ...]) -> bytes:
+        body = render(snapshot, switch.current,
+                      RenderOptions(agent.label_opts, build_labels(), timings))
         return body + render_sources(sources).encode()
 
-    wired.acct, wired.stats = acct, stats
-    wired.publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
+    publisher = Publisher(render_snapshot, extra=LiveRenderer(ViewOptions(
         node=settings.output.hostname, backend=backend.name, version=__version__,
         interval_seconds=settings.collect.interval)))  # the page and /api/v1/snapshot
+    return Publishing(acct, stats, publisher)
 
 
-def wire_collect(agent: Agent, wired: Wired) -> None:
+def wire_collect(agent: Agent, lists: Lists, publishing: Publishing) -> CollectLoop:
     """The collector (the list's fields, plus what accounting and Container Insights read) and
     its loop; each snapshot goes to the accountant, the EMF sink, then the publisher, and a
     reloaded list is applied after it."""
     from podgpu.accounting import with_accounting_fields
     from podgpu.collect import CollectLoop, Collector
 
-    settings, emf, acct, lists = agent.settings, agent.emf, wired.acct, wired.lists
-    publisher = wired.publisher
-    assert publisher is not None  # wire_publish comes first
+    settings, emf, acct = agent.settings, agent.emf, publishing.acct
+    switch, publisher, hpc = lists.switch, publishing.publisher, lists.hpc
     insights = settings.emf is not None and settings.emf.container_insights
     fields = agent.metrics.fields
     if insights:  # --emf-container-insights reads a few fields the list may leave out
         from podgpu.sinks.cloudwatch.insights import KeepsInsightsFields, with_insights_fields
 
         fields = with_insights_fields(fields)
-    hpc = wired.hpc
     collector = Collector(agent.backend,
                           fields if acct is None else with_accounting_fields(fields),
                           attributor=agent.attributor,
@@ -287,7 +302,7 @@ def wire_collect(agent: Agent, wired: Wired) -> None:
     if insights:
         target = KeepsInsightsFields(target)
 
-    def on_snapshot(snapshot: Any, seconds: float) -> None:
+    def on_snapshot(snapshot: Snapshot, seconds: float) -> None:
         if acct is not None:
             acct.observe(snapshot)  # before rendering: the counters include this cycle
         if emf is not None:
@@ -296,36 +311,35 @@ def wire_collect(agent: Agent, wired: Wired) -> None:
                 emf.offer_counters(snapshot.taken_at, acct.emf_items())
         publisher.publish(snapshot, seconds)
         # a list reloaded on SIGHUP takes over between cycles
-        lists.apply(target)
+        switch.apply(target)
 
-    wired.loop = CollectLoop(collector, settings.collect.interval, on_snapshot,
-                             on_death=lambda exc: agent.stop(
-                                 f"the collect loop stopped: {type(exc).__name__}: {exc}"))
+    return CollectLoop(collector, settings.collect.interval, on_snapshot,
+                       on_death=lambda exc: agent.stop(
+                           f"the collect loop stopped: {type(exc).__name__}: {exc}"))
 
 
-def start_collecting(agent: Agent, wired: Wired) -> None:
+def start_collecting(agent: Agent, lists: Lists, loop: CollectLoop) -> Started:
     """EMF sink, first cycle, the loop's thread, the list follower: in that order (see
     `_serve`)."""
-    assert wired.loop is not None  # wire_collect comes first
     if agent.emf is not None:
         agent.emf.start()
-    wired.loop.run_once()  # the first /metrics is valid as soon as the port accepts
-    wired.loop.start()
-    if wired.follower is not None:
-        wired.follower.start()  # a list edit is loaded on its thread, applied between two cycles
+    loop.run_once()  # the first /metrics is valid as soon as the port accepts
+    loop.start()
+    if lists.follower is not None:
+        lists.follower.start()  # a list edit is loaded on its thread, applied between two cycles
+    return Started(loop, lists.follower, lists.switch.request)
 
 
-def wire_http(agent: Agent, wired: Wired) -> App:
+def wire_http(agent: Agent, lists: Lists, publishing: Publishing) -> App:
     """/metrics, /health (with each part's entry), readiness, the page."""
     from podgpu.backends.driverwait import DriverWait
     from podgpu.http.health import health
     from podgpu.http.ready import driver_waiting, readiness
     from podgpu.http.server import landing, make_app
 
-    backend, emf, security, hpc = agent.backend, agent.emf, agent.security, wired.hpc
-    publisher, interval = wired.publisher, agent.settings.collect.interval
-    assert publisher is not None  # wire_publish comes first
-    sinks: dict[str, Callable[[], dict[str, Any]]] = {"metric_list": wired.lists.health}
+    backend, emf, security, hpc = agent.backend, agent.emf, agent.security, lists.hpc
+    publisher, interval = publishing.publisher, agent.settings.collect.interval
+    sinks: dict[str, Callable[[], dict[str, Any]]] = {"metric_list": lists.switch.health}
     if emf is not None:
         sinks["emf"] = emf.health
     if security is not None:
@@ -353,14 +367,13 @@ def wire_http(agent: Agent, wired: Wired) -> App:
                     live=publisher)
 
 
-def serve_until_stopped(agent: Agent, wired: Wired, app: App,
-                        ready: Callable[[Agent], None] | None) -> int:
+def listen_until_stopped(agent: Agent, started: Started, app: App, stats: HttpStats,
+                         ready: Callable[[Agent], None] | None) -> int:
     """Listen until stopped, then stop the follower, the loop and the EMF sink, in that order;
     1 when the collect loop died, else 0."""
     from podgpu.http.server import run_listener
 
-    loop, stats, emf = wired.loop, wired.stats, agent.emf
-    assert loop is not None and stats is not None  # the wire_* steps come first
+    emf = agent.emf
 
     def listening(addresses: list[tuple[str, int]], guard: ConnectionGuard) -> None:
         stats.guard = guard
@@ -370,16 +383,16 @@ def serve_until_stopped(agent: Agent, wired: Wired, app: App,
 
     try:
         run_listener(app, agent.settings.http, security=agent.security, stopper=agent.stopper,
-                     reload_blocking=[wired.lists.request], ready=listening)
+                     reload_blocking=[started.reload], ready=listening)
     except ListenError:
         if emf is not None:  # a start that fails sends nothing
             emf.abort()
             emf = None
         raise
     finally:
-        if wired.follower is not None:
-            wired.follower.stop()
-        loop.stop()
+        if started.follower is not None:
+            started.follower.stop()
+        started.loop.stop()
         if emf is not None:
             emf.stop()
-    return 1 if loop.died is not None else 0
+    return 1 if started.loop.died is not None else 0

@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from podgpu.errors import BackendError
-from podgpu.settings import CollectSettings, KubernetesSettings, ServeSettings
+from podgpu.settings import CollectSettings, HttpSettings, KubernetesSettings, ServeSettings
 
 if TYPE_CHECKING:
     from podgpu.attribution.base import Attributor
@@ -122,14 +122,14 @@ def make_attributor(kubernetes: KubernetesSettings, scenario: Scenario | None
     return SimulatedAttributor(scenario, enrich_options(kubernetes))
 
 
-def make_web_security(settings: ServeSettings) -> WebSecurity | None:
-    """The --web-config-file, read and checked now with every certificate it names, so a bad
-    file is exit 2 before anything starts; None without one."""
-    if not settings.http.web_config_file:
+def make_web_security(http: HttpSettings) -> WebSecurity | None:
+    """The --web-config-file (serve's and emf's), read and checked now with every certificate
+    it names, so a bad file is exit 2 before anything starts; None without one."""
+    if not http.web_config_file:
         return None
     from podgpu.http.websecurity import WebSecurity
 
-    return WebSecurity(settings.http.web_config_file)
+    return WebSecurity(http.web_config_file)
 
 
 def make_emf_sink(settings: ServeSettings, metrics: MetricList, label_opts: LabelOptions,

@@ -22,13 +22,14 @@ from podgpu.bridge.options import BridgeSettings, parse_args
 from podgpu.bridge.scrape import ScrapeError, Target, parse_url
 from podgpu.bridge.series import Dropped, Group, TargetLabels, to_series
 from podgpu.emfbuild import build_emf_sink
+from podgpu.parts import make_web_security
 from podgpu.signals import stop_on_termination
 from podgpu.sinks.cloudwatch import EmfSink
 from podgpu.sinks.prometheus.source import Family, Labels, Sample, render_sources
 
 if TYPE_CHECKING:
     from podgpu.http.app import App
-    from podgpu.http.publish import Rendered
+    from podgpu.http.publish import Publisher
     from podgpu.http.websecurity import WebSecurity
 
 log = logging.getLogger("podgpu.emf")
@@ -81,15 +82,16 @@ class Bridge:
                          target.url, ", ".join(sorted(new)[:20]))
         return out
 
-    def run(self, after_tick: Callable[[], None] | None = None) -> None:
-        """Tick until stopped; `after_tick` runs after each (the listener's publish)."""
+    def run(self, after_tick: Callable[[float, float], None] | None = None) -> None:
+        """Tick until stopped; `after_tick(at, seconds)` runs after each (the listener's
+        publish: the tick's time and how long it took)."""
         interval = self.settings.scrape_interval
         while not self._stop.is_set():
             now = time.time()
             at = math.floor(now / interval) * interval
             self.sink.offer_series(at, self.tick(at))
             if after_tick is not None:
-                after_tick()
+                after_tick(at, time.time() - now)
             next_at = at + interval
             self._stop.wait(max(0.0, next_at - time.time()))
 
@@ -149,24 +151,20 @@ def build_sink(settings: BridgeSettings) -> tuple[EmfSink, str]:
                           route_labels={"job": settings.job, **dict(settings.target_labels)})
 
 
-def make_app(bridge: Bridge, metrics: Callable[[], Rendered | None]) -> App:
+def make_app(bridge: Bridge, publisher: Publisher[float]) -> App:
     """/metrics (the bridge's, the sink's and the listener's counters, rendered per tick) and
     /health, through the listener `serve` uses (web config, connection guard, request deadline)."""
     from podgpu.http.app import Response
     from podgpu.http.server import make_app as listener_app
 
-    return listener_app(metrics, lambda _strict: bridge.health(),
+    return listener_app(lambda: publisher.current, lambda _strict: bridge.health(),
                         index=lambda: Response.text(200, "podgpu emf: /metrics, /health\n"))
 
 
 def run(settings: BridgeSettings, *, ready: Callable[[Bridge], None] | None = None) -> int:
     """Scrape and send until SIGTERM/SIGINT (or the tick loop dies: exit 1). With a listener,
     the tick loop runs on its own thread and the event loop serves /metrics and /health."""
-    security = None
-    if settings.http.web_config_file:
-        from podgpu.http.websecurity import WebSecurity
-
-        security = WebSecurity(settings.http.web_config_file)  # exit 2 before anything starts
+    security = make_web_security(settings.http)  # exit 2 before anything starts
     sink, cluster = build_sink(settings)
     bridge = Bridge(settings, sink, cluster)
     sink.start()
@@ -186,7 +184,7 @@ def run(settings: BridgeSettings, *, ready: Callable[[Bridge], None] | None = No
 def _run_serving(bridge: Bridge, settings: BridgeSettings, security: WebSecurity | None,
                  ready: Callable[[Bridge], None] | None) -> int:
     from podgpu.http.lifecycle import Stopper
-    from podgpu.http.publish import Rendered
+    from podgpu.http.publish import Publisher
     from podgpu.http.server import run_listener
     from podgpu.http.stats import HttpStats
 
@@ -194,21 +192,19 @@ def _run_serving(bridge: Bridge, settings: BridgeSettings, security: WebSecurity
     died: list[BaseException] = []
     stats = HttpStats(security.access if security is not None else None)
     sources = (bridge, bridge.sink, stats)
-    current: list[Rendered] = [Rendered.of(render_sources(sources).encode())]
-
-    def publish() -> None:
-        """After each tick, on the tick thread: /metrics is served from these bytes."""
-        current[0] = Rendered.of(render_sources(sources).encode())
+    # rendered after each tick, on the tick thread: /metrics is served from these bytes
+    publisher = Publisher[float](lambda _at, _timings: render_sources(sources).encode())
+    publisher.publish(bridge.started, 0.0)  # the counters at 0 until the first tick
 
     def ticks() -> None:
         try:
-            bridge.run(after_tick=publish)
+            bridge.run(after_tick=publisher.publish)
         except BaseException as exc:  # the process must not serve a dead bridge's health
             log.error("the tick loop stopped: %s: %s", type(exc).__name__, exc)
             died.append(exc)
             stopper.stop("the tick loop stopped")
 
-    app = make_app(bridge, lambda: current[0])
+    app = make_app(bridge, publisher)
     thread = threading.Thread(target=ticks, name="podgpu-emf-ticks", daemon=True)
     thread.start()
     if ready is not None:

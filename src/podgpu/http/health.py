@@ -18,9 +18,12 @@ Decision record: docs/decisions/0006-health-freshness.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podgpu.http.publish import Published
+
+if TYPE_CHECKING:
+    from podgpu.model import Snapshot
 
 
 def stale_after(interval: float) -> float:
@@ -28,7 +31,7 @@ def stale_after(interval: float) -> float:
     return 3.0 * interval + 2.0
 
 
-def health(published: Published | None, now: float, interval: float, backend: str, *,
+def health(published: Published[Snapshot] | None, now: float, interval: float, backend: str, *,
            strict: bool = False) -> tuple[int, dict[str, Any]]:
     """(HTTP status, JSON body). `reasons` make it 503; `warnings` are reported with 200 (or,
     with `strict`, also make it 503)."""

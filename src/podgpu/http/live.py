@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from importlib import resources
 from types import MappingProxyType
+from typing import Any
 
 from podgpu.http.app import App, Request, Response
 from podgpu.http.publish import Published, Publisher
@@ -33,7 +34,7 @@ def load_static() -> dict[str, bytes]:
     return {name: root.joinpath(name).read_bytes() for name in STATIC_TYPES}
 
 
-def page_response(pub: Published | None) -> Response | None:
+def page_response(pub: Published[Any] | None) -> Response | None:
     """The live page of the last cycle, or None when no live view is published (the caller
     then serves the plain landing page)."""
     page = pub.extra.get(PAGE_KEY) if pub is not None else None
@@ -43,7 +44,7 @@ def page_response(pub: Published | None) -> Response | None:
                        ("Content-Security-Policy", PAGE_CSP), ("Cache-Control", "no-store"))
 
 
-def add_live_routes(app: App, publisher: Publisher) -> None:
+def add_live_routes(app: App, publisher: Publisher[Any]) -> None:
     static = load_static()
 
     def snapshot(_request: Request) -> Response:

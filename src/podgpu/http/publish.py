@@ -1,5 +1,6 @@
 """The hand-off between the collect loop and the HTTP server: one immutable `Published` swapped in
-per cycle. Rendering and gzip happen here, on the collect thread, never on a scrape."""
+per cycle. Rendering and gzip happen here, on the collect thread, never on a scrape. serve
+publishes a `Snapshot` per cycle; `podgpu emf` publishes its tick's time per tick."""
 
 from __future__ import annotations
 
@@ -9,46 +10,36 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Generic, TypeVar
 
 from podgpu.logs import log_once
-from podgpu.model import Snapshot
 
 log = logging.getLogger(__name__)
+S = TypeVar("S")
+"""What is rendered: serve's Snapshot, the bridge's tick time."""
 
 
 @dataclass(frozen=True, slots=True)
-class Rendered:
-    """A /metrics body and its gzip, rendered once (the bridge's per tick)."""
-
-    body: bytes
-    body_gzip: bytes
-
-    @classmethod
-    def of(cls, body: bytes) -> Rendered:
-        return cls(body, gzip.compress(body, compresslevel=1, mtime=0))
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    snapshot: Snapshot
+class Published(Generic[S]):
+    snapshot: S
     body: bytes
     body_gzip: bytes
     extra: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))
     """Other bodies rendered from the same snapshot (the live page and its JSON), by name."""
 
 
-class Publisher:
+class Publisher(Generic[S]):
     """Renders each snapshot once and swaps it in; readers take `current` without a lock
     (attribute assignment is atomic in CPython)."""
 
-    def __init__(self, render: Callable[[Snapshot, tuple[tuple[str, float], ...]], bytes], *,
-                 extra: Callable[[Snapshot], Mapping[str, bytes]] | None = None) -> None:
+    def __init__(self, render: Callable[[S, tuple[tuple[str, float], ...]], bytes], *,
+                 extra: Callable[[S], Mapping[str, bytes]] | None = None) -> None:
         self._render = render
         self._extra = extra
         self._last_render_seconds = 0.0
-        self.current: Published | None = None
+        self.current: Published[S] | None = None
 
-    def publish(self, snapshot: Snapshot, _cycle_seconds: float) -> None:
+    def publish(self, snapshot: S, _cycle_seconds: float) -> None:
         t0 = time.perf_counter()
         body = self._render(snapshot, (("render", self._last_render_seconds),))
         gz = gzip.compress(body, compresslevel=1, mtime=0)

@@ -12,9 +12,12 @@ exporting its XID and health series.
 from __future__ import annotations
 
 from collections.abc import Callable, Sized
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podgpu.http.publish import Publisher
+
+if TYPE_CHECKING:
+    from podgpu.model import Snapshot
 
 READY_PATH = "/health/ready"
 
@@ -23,7 +26,7 @@ FIRST_COLLECTION = "the NVIDIA driver is ready; waiting for the first collection
 
 
 def driver_waiting(waiting: Callable[[], str | None], devices: Callable[[], Sized],
-                   publisher: Publisher) -> Callable[[], str | None]:
+                   publisher: Publisher[Snapshot]) -> Callable[[], str | None]:
     """The `waiting` of add_ready_route for a backend behind DriverWait: its reason while NVML
     is not open, then FIRST_COLLECTION until a published snapshot holds the GPUs NVML found (so
     the first scrape of a Ready pod has them: they come one collect cycle after the driver),

@@ -48,7 +48,7 @@ HealthFn = Callable[[bool], tuple[int, dict[str, Any]]]
 
 
 class Body(Protocol):
-    """What /metrics serves: http.publish's Published (serve) or Rendered (emf)."""
+    """What /metrics serves: http.publish's Published (serve's and emf's)."""
 
     @property
     def body(self) -> bytes: ...
@@ -59,7 +59,7 @@ class Body(Protocol):
 
 def make_app(metrics: Callable[[], Body | None], health: HealthFn, *,
              index: Callable[[], Response], ready: Callable[[], tuple[int, dict[str, Any]]]
-             | None = None, live: Publisher | None = None) -> App:
+             | None = None, live: Publisher[Any] | None = None) -> App:
     """The routes of every command: /metrics (identity or gzip), /health, /health/gpus, `/`,
     /health/ready when `ready` is given, the live view's routes when `live` is given."""
 
@@ -94,7 +94,7 @@ def json_response(status: int, body: dict[str, Any]) -> Response:
     return Response.of(status, json.dumps(body) + "\n", "application/json; charset=utf-8")
 
 
-def landing(backend: str, publisher: Publisher) -> Callable[[], Response]:
+def landing(backend: str, publisher: Publisher[Any]) -> Callable[[], Response]:
     """`/` of serve: the live page of the last cycle, else the static landing page."""
     page = (resources.files("podgpu.http").joinpath("landing.html").read_text(encoding="utf-8")
             .replace("{backend}", backend).replace("{version}", __version__).encode())
