@@ -15,17 +15,15 @@ import datetime as dt
 import re
 import shutil
 import subprocess
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from podgpu.accounting import Accountant
 from podgpu.sinks.prometheus.labels import LabelOptions
 from podgpu.sinks.prometheus.source import render_sources
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_for
 from tests.fakes.churn_node import ChurnNode, Gpu, Pod, Totals, expected, schedule
-from tests.integration.prometheus_peer import ensure_installed
+from tests.integration.prometheus_peer import ensure_installed, prometheus_ready
 
 DAY_START = dt.datetime(2026, 11, 30, tzinfo=dt.UTC).timestamp()
 HOURS = 24.0
@@ -112,16 +110,6 @@ def start_day(work: Path) -> Day:
          "--storage.tsdb.retention.time=100y"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/-/ready", timeout=1) as resp:
-                if resp.status == 200:
-                    break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"prometheus did not start: "
-                                     f"{proc.stderr.read() if proc.stderr else ''}") from None
-            time.sleep(0.2)
+    wait_for(lambda: prometheus_ready(proc, url), 60, "prometheus /-/ready", interval=0.2)
     want, _ = expected(GPUS, pods)
     return Day(url, DAY_START, DAY_START + HOURS * 3600.0, pods, want, proc)

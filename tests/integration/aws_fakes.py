@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import free_port as free_port  # re-exported for the AWS tests
+from tests.conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -50,14 +51,15 @@ def moto_url() -> Iterator[str]:
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=podgpu_env())
-    deadline = time.monotonic() + 30
-    while True:
+    def listening() -> bool:
+        assert proc.poll() is None, f"moto exited {proc.returncode}"
         try:
             socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
+            return True
         except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
-            time.sleep(0.1)
+            return False
+
+    wait_for(listening, timeout=30, what="moto's port", interval=0.1)
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(10)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from deploy.gen import simnode
 
-from tests.conftest import ROOT, InProcessAgent, free_port
+from tests.conftest import ROOT, InProcessAgent, free_port, wait_for
 from tests.integration.prometheus_peer import Prometheus, ensure_installed
 
 RULES = ROOT / "deploy" / "prometheus" / "podgpu.rules.yml"
@@ -79,18 +78,20 @@ class Stack:
     def _wait_for_data(self, timeout: float = 60.0) -> None:
         """Until both targets are up, every recording rule has produced series and there are
         6 scrapes of each target are stored (enough for the rate and range panels)."""
-        assert self.prom is not None
-        start = time.monotonic()
-        while time.monotonic() - start < timeout:
-            up = self.prom.query("up")
-            rec = self.prom.query("pod_gpu:podgpu_gpu_utilization:ratio")
-            mem = self.prom.query("namespace:podgpu_gpu_memory_used:bytes")
-            scrapes = self.prom.query("count_over_time(up[1m])")
-            if (len(up) == 2 and all(r["value"][1] == "1" for r in up) and len(rec) == 4
-                    and mem and len(scrapes) == 2 and all(int(r["value"][1]) >= 6 for r in scrapes)):
-                return
-            time.sleep(0.5)
-        raise AssertionError(f"no data in time: up={self.prom.query('up')}")
+        prom = self.prom
+        assert prom is not None
+
+        def stored() -> bool:
+            up = prom.query("up")
+            rec = prom.query("pod_gpu:podgpu_gpu_utilization:ratio")
+            mem = prom.query("namespace:podgpu_gpu_memory_used:bytes")
+            scrapes = prom.query("count_over_time(up[1m])")
+            return bool(len(up) == 2 and all(r["value"][1] == "1" for r in up) and len(rec) == 4
+                        and mem and len(scrapes) == 2
+                        and all(int(r["value"][1]) >= 6 for r in scrapes))
+
+        wait_for(stored, timeout, "both targets up, the recording rules and 6 scrapes each",
+                 interval=0.5)
 
     def stop(self) -> None:
         if self.prom is not None:

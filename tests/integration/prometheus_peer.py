@@ -6,13 +6,12 @@ import json
 import os
 import shutil
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import free_port
+from tests.conftest import free_port, http_get, wait_for
 
 
 def ensure_installed() -> str:
@@ -29,6 +28,17 @@ def ensure_installed() -> str:
     path = shutil.which("prometheus")
     assert path, "apt-get installed prometheus but it is not on PATH"
     return path
+
+
+def prometheus_ready(proc: subprocess.Popen[str], url: str) -> bool:
+    """Whether the Prometheus at `url` answers /-/ready; AssertionError once `proc` has exited."""
+    if proc.poll() is not None:
+        err = proc.stderr.read() if proc.stderr else ""
+        raise AssertionError(f"prometheus exited {proc.returncode}: {err[-2000:]}")
+    try:
+        return http_get(url + "/-/ready", timeout=1)[0] == 200
+    except OSError:
+        return False
 
 
 class Prometheus:
@@ -54,17 +64,8 @@ class Prometheus:
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited: {self.proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        raise AssertionError("prometheus not ready")
+        wait_for(lambda: prometheus_ready(self.proc, self.url), timeout, "prometheus /-/ready",
+                 interval=0.2)
 
     def api(self, path: str, **params: str) -> Any:
         q = urllib.parse.urlencode(params)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
+from tests.conftest import wait_for
 from tests.integration.prometheus_peer import Prometheus
 
 LABELS = {"__name__", "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
@@ -18,17 +20,14 @@ def test_prometheus_scrapes_one_series_per_gpu_with_dcgm_labels(agent, tmp_path:
     prom = Prometheus(tmp_path, [f"127.0.0.1:{p.port}"])
     try:
         prom.wait_ready()
-        deadline = time.monotonic() + 30
-        result: list = []  # type: ignore[type-arg]
-        target: dict = {}  # type: ignore[type-arg]
-        while time.monotonic() < deadline:
+        def scraped() -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
             targets = prom.api("targets")["activeTargets"]
             target = targets[0] if targets else {}
             result = prom.api("query", query="DCGM_FI_DEV_GPU_UTIL")["result"]
-            if target.get("health") == "up" and len(result) == 4:
-                break
-            time.sleep(0.5)
-        assert target.get("health") == "up", target
+            return (target, result) if target.get("health") == "up" and len(result) == 4 else None
+
+        target, result = wait_for(scraped, timeout=30, what="the target up with 4 GPU series",
+                                  interval=0.5)
         assert target["lastError"] == ""
         assert sorted(r["metric"]["gpu"] for r in result) == ["0", "1", "2", "3"]
         for r in result:
