@@ -35,10 +35,11 @@ import urllib.parse
 from dataclasses import dataclass
 
 from podgpu import __version__
-from podgpu.boundedget import GetError, StartTimer, get, printable, thread_timer
+from podgpu.boundedget import GetError, get, printable
 from podgpu.bridge.parse import Family, ParseError, parse_exposition
 from podgpu.errors import ConfigError
 from podgpu.options import go_int_between
+from podgpu.peers.deadline import StartTimer, thread_timer
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 """Bytes of text after decompression (4 MiB; dcgm-exporter's answer for 8 GPUs is ~100 KB)."""

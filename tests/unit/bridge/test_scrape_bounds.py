@@ -11,10 +11,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from podgpu.boundedget import GetError, StartTimer, get, thread_timer
+from podgpu.boundedget import GetError, get
 from podgpu.bridge import scrape
 from podgpu.bridge.parse import Family, parse_exposition
 from podgpu.bridge.scrape import ScrapeError, Target, count_samples, parse_url, redact
+from podgpu.peers.deadline import StartTimer, thread_timer
 from tests.conftest import wait_for
 from tests.hostile_peers import HostilePeers
 
