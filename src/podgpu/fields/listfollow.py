@@ -37,7 +37,7 @@ class ListFollower:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changes = 0
-        """How many times `on_change` was called (self-metric and tests)."""
+        """How many times `on_change` was called (the unit tests count reloads with it)."""
 
     def check(self) -> bool:
         """Poll once; True when `on_change` was called."""

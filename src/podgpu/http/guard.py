@@ -8,7 +8,7 @@ for as long as it likes, and at the file-descriptor limit every scrape fails (be
 `ConnectionGuard` is a state machine over the connections http.conn reports to it; it touches a
 connection only through the `Guarded` protocol below and schedules its timers through one
 `call_later` function, so tests drive it with fake connections and a fake clock
-(tests/unit/http/test_guard.py):
+(tests/unit/http/test_guard_states.py):
 
 - a connection is counted from the moment it is accepted, TLS ones before their handshake, and
   must complete each request (TLS handshake, head read, response handed to the kernel) within

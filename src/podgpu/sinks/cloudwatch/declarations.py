@@ -324,7 +324,7 @@ def resolve_log_names(group: str, stream: str, constant: Labels, *, per_event: b
                       ) -> tuple[str, str, list[str]]:
     """The log group and stream for a sink whose every series carries `constant` labels.
 
-    Placeholders are filled from those labels as awsemf fills them from each series' (item 3).
+    Placeholders are filled from those labels as awsemf fills them from each series'.
     `{PodName}` reads each series' `pod`: with `per_event` (the agent's EMF listener, which
     routes every event by its `_aws`) it stays for the encoder to fill per event; otherwise
     (one stream per process) it is a ConfigError. A placeholder no label answers becomes
