@@ -4,7 +4,6 @@ SOCK` as a real process, against a real gRPC PodResources server on a unix socke
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from tests.integration.kubelet_fake import FakeKubelet, gpu_pod
+from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,14 +52,10 @@ def cycle(m: Samples) -> int:
 
 def until(p: Any, cond: Callable[[Samples], bool], timeout: float) -> Samples:
     """Scrape until `cond` holds (`timeout` only ends a test that would otherwise hang)."""
-    t0 = time.monotonic()
-    while True:
+    def holds() -> Samples | None:
         m = scrape(p)
-        if cond(m):
-            return m
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"not within {timeout} s")
-        time.sleep(0.02)
+        return m if cond(m) else None
+    return wait_for(holds, timeout, "the scrape's condition")
 
 
 def start(agent: Any, kubelet: FakeKubelet, *extra: str) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -15,18 +14,10 @@ from podgpu.backends.nvml import NvmlBackend
 from podgpu.errors import BackendError
 from podgpu.fields.catalog import BY_NAME
 from podgpu.http.ready import FIRST_COLLECTION, driver_waiting, readiness
+from tests.conftest import wait_for
 from tests.fakes.fake_pynvml import DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 
 FIELDS = [BY_NAME["DCGM_FI_DEV_GPU_TEMP"]]
-
-
-def until(cond: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met")
 
 
 def test_waits_without_gpus_then_serves_them_when_the_driver_appears() -> None:
@@ -39,14 +30,14 @@ def test_waits_without_gpus_then_serves_them_when_the_driver_appears() -> None:
         assert w.read(FIELDS).samples == ()
         reason = w.waiting()
         assert reason is not None and "libnvidia-ml.so.1" in reason and "waiting" in reason
-        until(lambda: nv.calls["nvmlInit"] >= 3)  # it keeps trying
+        wait_for(lambda: nv.calls["nvmlInit"] >= 3)  # it keeps trying
         assert w.waiting() is not None
         ran: list[str] = []
         w.when_ready(lambda: ran.append(threading.current_thread().name))
         assert ran == []
         nv.init_error = None  # the driver is installed
-        until(lambda: w.waiting() is None)
-        until(lambda: ran == ["podgpu-driver-wait"])
+        wait_for(lambda: w.waiting() is None)
+        wait_for(lambda: ran == ["podgpu-driver-wait"])
         (sample,) = w.read(FIELDS).samples
         assert sample.device.uuid == "GPU-11111111-0000-0000-0000-000000000000"
         assert w.info()["driver_version"] == nv.driver
@@ -95,7 +86,7 @@ def test_logs_once_a_minute_not_once_an_attempt(caplog: pytest.LogCaptureFixture
                    log_every=0.25, clock=lambda: nv.calls["nvmlInit"] * 0.005)
     w.open()
     try:
-        until(lambda: nv.calls["nvmlInit"] >= 120)
+        wait_for(lambda: nv.calls["nvmlInit"] >= 120)
     finally:
         w.close()
     lines = [r.getMessage() for r in caplog.records]
@@ -112,11 +103,9 @@ def test_close_while_waiting_stops_retrying() -> None:
     nv = FakeNvml(init_error=LIBRARY_NOT_FOUND)
     w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.01)  # type: ignore[arg-type]
     w.open()
-    until(lambda: nv.calls["nvmlInit"] >= 2)
+    wait_for(lambda: nv.calls["nvmlInit"] >= 2)
     w.close()
-    calls = nv.calls["nvmlInit"]
-    time.sleep(0.1)
-    assert nv.calls["nvmlInit"] == calls
+    # close() has joined the retry thread: with it gone, no nvmlInit call can come any more
     assert not [t for t in threading.enumerate() if t.name == "podgpu-driver-wait"]
 
 
