@@ -12,7 +12,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
+from tests.conftest import wait_for
 from tests.integration.live_support import (
     POD_NAMES,
     XSS,
@@ -127,18 +127,20 @@ def test_live_page_updates_escapes_and_stays_on_its_origin(browser, node, tmp_pa
     # values update in place across cycles: GPU 0 goes through busy and idle without a reload
     seen_util: set[str] = set()
     cycles: set[int] = set()
-    deadline = time.monotonic() + 15
     busy_state = None  # a cycle in the busy half of the burn pattern
-    while time.monotonic() < deadline and not ({"100%", "0%"} <= seen_util and len(cycles) >= 3):
+
+    def busy_idle_and_three_cycles() -> bool:
+        nonlocal busy_state
         state = page.evaluate(ROWS_JS)
         seen_util.add(state["util0"])
         if state["util0"] == "100%":
             busy_state = state
         if state["cycle"] > first:
             cycles.add(state["cycle"])
-        page.wait_for_timeout(100)
-    assert {"100%", "0%"} <= seen_util, seen_util
-    assert len(cycles) >= 3, cycles
+        return {"100%", "0%"} <= seen_util and len(cycles) >= 3
+
+    wait_for(busy_idle_and_three_cycles, timeout=15, interval=0.1,
+             what="GPU 0 busy and idle over 3 cycles, updated in place")
     assert page.evaluate("performance.getEntriesByType('navigation').length") == 1  # never reloaded
 
     assert busy_state is not None

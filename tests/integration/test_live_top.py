@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from podgpu.sinks.live.page import pod_cells
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_for
 from tests.integration.live_support import POD_NAMES, XSS, top_pod_rows, write_scenario
 
 pytestmark = pytest.mark.integration
@@ -119,7 +119,6 @@ def test_top_interactive_reads_keys_in_a_terminal(agent, tmp_path: Path) -> None
     import select
     import struct
     import termios
-    import time
 
     a = agent("--simulate", "4", "--simulate-scenario", write_scenario(tmp_path))
     a.wait_ready()
@@ -129,26 +128,29 @@ def test_top_interactive_reads_keys_in_a_terminal(agent, tmp_path: Path) -> None
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
     screen = ""
 
-    def wait_for(needle: str) -> None:
-        nonlocal screen
-        deadline = time.monotonic() + 15
-        while needle not in screen:
-            assert time.monotonic() < deadline, f"{needle!r} never shown; last output: {screen[-800:]!r}"
+    def shows(needle: str) -> None:
+        def read_until_shown() -> bool:
+            nonlocal screen
             ready, _, _ = select.select([fd], [], [], 0.1)
             if ready:
                 screen += re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", os.read(fd, 65536).decode(errors="replace"))
+            return needle in screen
+        try:
+            wait_for(read_until_shown, timeout=15, what=repr(needle), interval=0)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; last output: {screen[-800:]!r}") from None
 
     try:
-        wait_for("PODS sorted by util (5)")
+        shows("PODS sorted by util (5)")
         screen = ""
         os.write(fd, b"s")
-        wait_for("PODS sorted by memory (5)")
+        shows("PODS sorted by memory (5)")
         os.write(fd, b"i")
-        wait_for("PODS sorted by memory, idle only (1)")
+        shows("PODS sorted by memory, idle only (1)")
         os.write(fd, b"c/tr")
-        wait_for("filter: tr_")
+        shows("filter: tr_")
         os.write(fd, b"\r")
-        wait_for("PODS sorted by memory, filter 'tr' (1)")
+        shows("PODS sorted by memory, filter 'tr' (1)")
         os.write(fd, b"q")
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
