@@ -11,14 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from podgpu.bridge.scrape import DEFAULT_MAX_BODY_BYTES, MAX_LABELS, MAX_SERIES_BYTES
-from tests.conftest import free_port
+from tests.conftest import free_port, http_get, wait_for
 from tests.hostile_peers import HostilePeers
 
 pytestmark = pytest.mark.integration
@@ -56,15 +54,19 @@ def test_bridge_names_the_huge_sample_and_stops_within_the_grace_period() -> Non
                             env={**os.environ, "NODE_NAME": "caps-node"})
     health: dict[str, object] = {}
     try:
-        while proc.poll() is None and peers.hits.get("/heavy", 0) < 2:
-            time.sleep(0.2)
-        for _ in range(50):
+        wait_for(lambda: proc.poll() is not None or peers.hits.get("/heavy", 0) >= 2,
+                 timeout=60, what="two scrapes of /heavy", interval=0.2)
+
+        def health_answered() -> bool:
+            nonlocal health
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                    health = json.loads(r.read())
-                break
+                status, _, body = http_get(f"http://127.0.0.1:{port}/health")
             except OSError:
-                time.sleep(0.2)
+                return False
+            health = json.loads(body) if status == 200 else {}
+            return status == 200
+
+        wait_for(health_answered, timeout=10, what="the bridge's /health", interval=0.2)
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(GRACE_SECONDS)
         stderr = proc.stderr.read() if proc.stderr else ""
