@@ -5,8 +5,8 @@ grpclib (and grpcio) check a message's size after buffering all of it: a peer an
 message grew the process by +2.4 GiB within one `List` deadline. Here the 5-byte length prefix is
 read first and a length over `max_bytes` ends the call (RESOURCE_EXHAUSTED, as grpcio names it)
 and closes the connection before one byte of the message is read. The whole call (connect,
-request, answer) runs under one deadline: a watchdog shuts the socket down when it passes, so a
-peer trickling bytes cannot hold the call past it (DEADLINE_EXCEEDED).
+request, answer) runs under one deadline (podgpu.peers.deadline: the socket is shut down when it
+passes), so a peer trickling bytes cannot hold the call past it (DEADLINE_EXCEEDED).
 
 The wire format is the documented gRPC over HTTP/2 protocol
 (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md): a POST with `content-type:
@@ -20,14 +20,13 @@ Decision record: docs/decisions/0011-kubelet-client-h2.md.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import socket
 import struct
-import threading
-import time
 import urllib.parse
 from typing import Any
+
+from podgpu.peers.deadline import Deadline
 
 STATUS_NAMES = ("OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
                 "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
@@ -104,18 +103,9 @@ def unary(socket_path: str, method: str, request: bytes, *, timeout: float,
     h2config: Any = importlib.import_module("h2.config")
     events: Any = importlib.import_module("h2.events")
 
-    deadline = time.monotonic() + timeout
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    expired = threading.Event()
-
-    def fire() -> None:
-        expired.set()
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-    dog = threading.Timer(timeout, fire)
-    dog.daemon = True
-    dog.start()
+    deadline = Deadline(timeout)
+    deadline.watch(sock)
     call = _Call(max_bytes)
     try:
         sock.settimeout(timeout)
@@ -132,11 +122,11 @@ def unary(socket_path: str, method: str, request: bytes, *, timeout: float,
         sock.sendall(conn.data_to_send())
         while not call.ended:
             try:
-                sock.settimeout(max(0.001, deadline - time.monotonic()))
+                sock.settimeout(max(0.001, deadline.left()))
                 data = sock.recv(READ_CHUNK)
             except TimeoutError:
                 raise GrpcError("DEADLINE_EXCEEDED", "Deadline exceeded") from None
-            if expired.is_set():
+            if deadline.expired:
                 raise GrpcError("DEADLINE_EXCEEDED", "Deadline exceeded")
             if not data:
                 raise GrpcError("UNAVAILABLE", "the connection closed before the answer ended")
@@ -147,18 +137,18 @@ def unary(socket_path: str, method: str, request: bytes, *, timeout: float,
                 sock.sendall(out)
         return call.result()
     except OSError:
-        if expired.is_set():
+        if deadline.expired:
             raise GrpcError("DEADLINE_EXCEEDED", "Deadline exceeded") from None
         raise
     except Exception as exc:
         if isinstance(exc, GrpcError):
             raise
-        if expired.is_set():
+        if deadline.expired:
             raise GrpcError("DEADLINE_EXCEEDED", "Deadline exceeded") from None
         # an h2 protocol error: the peer does not speak HTTP/2 as gRPC does
         raise GrpcError("UNAVAILABLE", f"HTTP/2: {type(exc).__name__}: {exc}"[:300]) from None
     finally:
-        dog.cancel()
+        deadline.cancel()
         sock.close()
 
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from typing import Any
 
 from podgpu.errors import ConfigError
+from podgpu.peers.capped import OverCap, read_capped
+from podgpu.peers.deadline import Deadline
 
 TARGET_PREFIX = "Logs_20140328."
 CONTENT_TYPE = "application/x-amz-json-1.1"
@@ -46,45 +46,33 @@ class AnswerError(OSError):
     An OSError, so the sender retries it as any transport failure."""
 
 
-def read_capped(raw: Any, limit: int, deadline: float) -> bytes:
+LATE = "CloudWatch Logs answer not complete within the call's deadline"
+
+
+def read_answer(raw: Any, limit: int, deadline: Deadline) -> bytes:
     """At most `limit` bytes of a urllib3 answer, read as they arrive and by `deadline`
-    (monotonic); past either the connection is closed, never drained (an endless answer from an
-    endpoint or a proxy cost +3.4 GiB in 11 s when read whole). A watchdog shuts the socket down
-    at the deadline where urllib3 can (2.3+: `shutdown`); otherwise the deadline is checked
-    between reads, each bounded by the read timeout."""
+    (podgpu.peers); past either the connection is closed, never drained (an endless answer from
+    an endpoint or a proxy cost +3.4 GiB in 11 s when read whole). The deadline shuts the socket
+    down where urllib3 can (2.3+: `shutdown`); otherwise it is checked between reads, each
+    bounded by the read timeout."""
     import urllib3.exceptions
 
-    stop = getattr(raw, "shutdown", None)
-    dog = threading.Timer(max(0.0, deadline - time.monotonic()), stop) if stop else None
-    if dog is not None:
-        dog.daemon = True
-        dog.start()
-    body = bytearray()
-    read = getattr(raw, "read1", None) or raw.read
+    deadline.watch(getattr(raw, "shutdown", None))
     try:
-        while len(body) <= limit:
-            if time.monotonic() > deadline:
-                raise AnswerError("CloudWatch Logs answer not complete within the call's "
-                                  "deadline; connection closed")
-            chunk = read(min(ANSWER_CHUNK, limit + 1 - len(body)))
-            if not chunk:
-                break
-            body += chunk
-        if len(body) > limit:
-            raise AnswerError(f"CloudWatch Logs answer over {limit // 1024} KiB (real answers "
-                              "are under 1 KiB); connection closed unread")
-    except (urllib3.exceptions.HTTPError, ValueError) as exc:
-        late = time.monotonic() > deadline
-        raise AnswerError("CloudWatch Logs answer not complete within the call's deadline"
-                          if late else f"CloudWatch Logs answer broken off: {exc}") from None
-    except AnswerError:
+        return read_capped(getattr(raw, "read1", None) or raw.read, limit, deadline=deadline,
+                           chunk=ANSWER_CHUNK)
+    except OverCap:
         raw.close()
-        raise
+        error = (f"CloudWatch Logs answer over {limit // 1024} KiB (real answers are under "
+                 "1 KiB); connection closed unread")
+    except TimeoutError:
+        raw.close()
+        error = LATE + "; connection closed"
+    except (urllib3.exceptions.HTTPError, ValueError) as exc:
+        error = LATE if deadline.expired else f"CloudWatch Logs answer broken off: {exc}"
     finally:
-        if dog is not None:
-            dog.cancel()
         raw.release_conn()
-    return bytes(body)
+    raise AnswerError(error)
 
 
 class LogsApiError(Exception):
@@ -188,11 +176,12 @@ class LogsApi:
         SigV4Auth(credentials.get_frozen_credentials(), SIGNING_NAME, self.region
                   ).add_auth(request)
         http = self._http
-        deadline = time.monotonic() + self._timeout
+        deadline = Deadline(self._timeout)
         try:
             response = http.send(request.prepare())
-            content = read_capped(response.raw, MAX_ANSWER_BYTES, deadline) or b"{}"
+            content = read_answer(response.raw, MAX_ANSWER_BYTES, deadline) or b"{}"
         finally:
+            deadline.cancel()
             if http is not self._http:  # renewed while this call ran: nobody reuses its pool
                 http.close()
         try:
