@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from tests.harness import ROOT, Serve, rss_fds
+from tests.harness import ROOT, Serve, rss_fds, wait_for
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path
 
 
@@ -72,14 +72,15 @@ def kubelet_outage(outage: float, interval_ms: int = 1000, gpus: int = 8,
         url = agent.url + "/metrics"
         try:
             agent.wait_ready()
-            for _ in range(300):
+
+            def labelled() -> bool:
                 try:
-                    m = scrape(url)
-                    if any(lb.get("pod") == "train-0" for lb, _ in m["DCGM_FI_DEV_GPU_UTIL"]):
-                        break
+                    util = scrape(url)["DCGM_FI_DEV_GPU_UTIL"]
                 except OSError:
-                    pass
-                time.sleep(0.1)
+                    return False
+                return any(lb.get("pod") == "train-0" for lb, _ in util)
+
+            wait_for(labelled, timeout=30, what="train-0's labels", interval=0.1)
             res.rss_mib_before = round(rss_fds(agent.pid)[0], 1)
 
             def observe() -> tuple[bool, int, int] | None:
