@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podgpu.attribution.grpcunary import GrpcError, unary
+from podgpu.peers.backoff import BackoffLoop
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +148,10 @@ class PodResourcesClient:
         self._clock = clock
         self._state = PodResourcesState(ok=False)
         self._first = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # interval, 2x, 4x ... up to max_backoff_seconds after failures; the interval after an answer
+        self._loop = BackoffLoop(lambda: self.poll_once().ok, name="podgpu-kubelet",
+                                 first=self._interval, cap=self._max_backoff,
+                                 every=self._interval)
         self._calling = threading.Lock()  # one List at a time, whoever calls
         self._last: tuple[bytes, tuple[ContainerDevices, ...]] | None = None
         """The last answer's digest and entries: an unchanged answer is not parsed again."""
@@ -162,17 +165,12 @@ class PodResourcesClient:
     def start(self, wait_seconds: float = 1.0) -> None:
         """Start polling; wait up to `wait_seconds` for the first answer so the first snapshot
         is attributed when the kubelet is there. Never raises."""
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="podgpu-kubelet", daemon=True)
-        self._thread.start()
+        self._loop.start()  # once; a second start() only waits
         self._first.wait(wait_seconds)
 
     def close(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread.is_alive():
-            self._thread.join(timeout)
-            # a List still in flight ends by its deadline
+        self._loop.stop()
+        self._loop.join(timeout)  # a List still in flight ends by its deadline
 
     def poll_once(self) -> PodResourcesState:
         """One `List` call on the caller's thread; updates and returns the state."""
@@ -195,15 +193,6 @@ class PodResourcesClient:
             )
         self._first.set()
         return self._state
-
-    def _run(self) -> None:
-        backoff = self._interval
-        while not self._stop.is_set():
-            if self.poll_once().ok:
-                backoff = wait = self._interval
-            else:  # interval, 2x, 4x ... up to max_backoff_seconds
-                wait, backoff = backoff, min(self._max_backoff, backoff * 2)
-            self._stop.wait(wait)
 
     def _call_list(self) -> tuple[ContainerDevices, ...]:
         """One `List` on the calling thread (the poll thread, or a test's); calls never
