@@ -154,6 +154,8 @@ CATALOG: tuple[Field, ...] = (
        "Number of remapped rows for correctable errors", _fv("NVML_FI_DEV_REMAPPED_COR")),
     _f("DCGM_FI_DEV_ROW_REMAP_FAILURE", 395, "gauge", "int", "bool",
        "Whether remapping of rows has failed", _fv("NVML_FI_DEV_REMAPPED_FAILURE")),
+    _f("DCGM_FI_DEV_ROW_REMAP_PENDING", 396, "gauge", "int", "bool",
+       "Whether remapping of rows is pending", _fv("NVML_FI_DEV_REMAPPED_PENDING")),
     # --- NVLink
     _f("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 409, "counter", "int", "count",
        "Total number of NVLink flow-control CRC errors.",

@@ -86,7 +86,8 @@ class SimulatedBackend:
         self._devices = tuple(self._make_device(i) for i in range(count))
         self._mig = MigLayout(scenario.mig if scenario else (), self._devices, model=model.name,
                               supported=model.gpm or model.name.startswith("NVIDIA A100"),
-                              source=scenario.source if scenario else "")  # sim/mig.py
+                              source=scenario.source if scenario else "",
+                              memory_mib=model.fb_total_mib)  # sim/mig.py
 
     def _make_device(self, i: int) -> Device:
         gpu_uuid = f"GPU-{uuid.uuid5(_UUID_NS, f'{self._model.name}/{i}')}"
@@ -306,6 +307,7 @@ class SimulatedBackend:
             "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 0,
             "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 0,
             "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+            "DCGM_FI_DEV_ROW_REMAP_PENDING": 0,
             "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 0 if m.nvlink else None,
             "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 0 if m.nvlink else None,
             "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 0 if m.nvlink else None,

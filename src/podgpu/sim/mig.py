@@ -71,9 +71,9 @@ def parse_mig(value: Any, source: str, *, max_gpu: int) -> tuple[ScenarioMig, ..
                               f"got {gpu!r:.60}")
         if any(m.gpu == gpu for m in out):
             raise ConfigError(f"{where}.gpu: gpu {gpu} is listed twice")
-        if not isinstance(profiles, list) or not 1 <= len(profiles) <= MAX_SLICES:
-            raise ConfigError(f"{where}.instances: expected a list of 1..{MAX_SLICES} MIG "
-                              "profiles such as \"3g.40gb\"")
+        if not isinstance(profiles, list) or len(profiles) > MAX_SLICES:
+            raise ConfigError(f"{where}.instances: expected a list of 0..{MAX_SLICES} MIG "
+                              "profiles such as \"3g.40gb\" ([] is MIG on, no instance yet)")
         slices = 0
         for k, p in enumerate(profiles):
             m = _PROFILE.match(p) if isinstance(p, str) else None
@@ -99,10 +99,12 @@ def check_instance(mig: Sequence[ScenarioMig], gpu: int, instance: int | None, w
         return None
     if instance is None:
         raise ConfigError(f"{where}: gpu {gpu} runs MIG; hold one of its instances with "
-                          f"instance: 1..{len(entry.profiles)}")
+                          f"instance: 1..{len(entry.profiles)}" if entry.profiles else
+                          f"{where}: gpu {gpu} runs MIG with no GPU instance; nothing on it can "
+                          "be held")
     if not 1 <= instance <= len(entry.profiles):
-        raise ConfigError(f"{where}.instance: gpu {gpu} has GPU instances "
-                          f"1..{len(entry.profiles)}, not {instance}")
+        have = f"GPU instances 1..{len(entry.profiles)}" if entry.profiles else "no GPU instance"
+        raise ConfigError(f"{where}.instance: gpu {gpu} has {have}, not {instance}")
     return entry.profiles[instance - 1]
 
 
@@ -110,15 +112,21 @@ class MigLayout:
     """The simulated node's MIG GPUs: their instance devices and samples."""
 
     def __init__(self, mig: Sequence[ScenarioMig], gpus: Sequence[Device], *, supported: bool,
-                 model: str, source: str) -> None:
+                 model: str, source: str, memory_mib: int = 0) -> None:
+        """`memory_mib`: the model's memory; the instances' profiles must fit in it."""
         self._instances: dict[int, tuple[Device, ...]] = {}
         for i, m in enumerate(mig):
             if m.gpu >= len(gpus):
                 raise ConfigError(f"{source}: mig[{i}].gpu: gpu {m.gpu} does not exist; the "
                                   f"simulated node has {len(gpus)} GPU(s), 0..{len(gpus) - 1}")
             if not supported:
-                raise ConfigError(f"{source}: mig[{i}]: the {model} has no MIG; simulate an "
-                                  "H100, H200 or A100 (--simulate 2xH100)")
+                raise ConfigError(f"{source}: mig[{i}]: the {model} has no MIG (NVML answers "
+                                  "NotSupported to nvmlDeviceGetMigMode); simulate an A100, H100 "
+                                  "or H200 (--simulate 2xA100)")
+            gb = sum(int(p.split(".")[1][:-2]) for p in m.profiles)
+            if memory_mib and gb > memory_mib // 1000:  # profile names round MiB/1000: 7g.80gb
+                raise ConfigError(f"{source}: mig[{i}].instances: {gb} GB of profiles; the "
+                                  f"{model} has {memory_mib // 1000} GB")
             parent = gpus[m.gpu]
             self._instances[m.gpu] = tuple(
                 replace(parent, mig_profile=p, mig_gi_id=k + 1,
@@ -136,35 +144,54 @@ class MigLayout:
         after it; a lost GPU's instances are copies of its lost sample (backends/lost.py)."""
         out: list[Sample] = []
         for s in samples:
-            insts = self._instances.get(s.device.index, ())
-            if not insts:
+            if s.device.index not in self._instances:
                 out.append(s)
-            elif s.lost is not None:
-                out.extend(with_instances(s, insts))
-            else:
-                parent = _parent(s)
-                table = values(s.device)
-                own = [_instance(parent, s, d, table, busy(d)) for d in insts]
-                out.extend((_memory(parent, own), *own))
+                continue
+            insts = self._instances[s.device.index]
+            if s.lost is not None:
+                out.extend(with_instances(s, insts) if insts else (s,))
+                continue
+            parent = _parent(s, active=bool(insts))
+            table = values(s.device)
+            own = [_instance(parent, s, d, table, busy(d)) for d in insts]
+            out.extend((_memory(parent, own), *own))
         return tuple(out)
 
     def usage(self, dev: Device, table: Mapping[str, Value | None], busy: bool
               ) -> tuple[float, int]:
         """(GR_ENGINE_ACTIVE %, FB_USED bytes) of instance `dev`, for its holders' processes."""
         values = _own_values(dev, table, busy)
-        active = values.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.0)
+        active = values.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")  # None: no GPM (before Hopper)
         used = values["DCGM_FI_DEV_FB_USED"]
-        assert isinstance(active, int | float) and isinstance(used, int)
-        return float(active) * 100.0, used * 1024 * 1024
+        assert isinstance(used, int)
+        return (float(active) * 100.0 if isinstance(active, int | float) else 0.0,
+                used * 1024 * 1024)
 
 
-def _parent(s: Sample) -> Sample:
-    """A MIG-enabled GPU's own sample: no GPU_UTIL, no whole-GPU GPM, MIG_MODE 1."""
+_NOT_ON_MIG_CALLS = frozenset(("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetEncoderUtilization",
+                               "nvmlDeviceGetDecoderUtilization"))
+"""NVML calls a MIG-enabled GPU answers NotSupported (GPU, memory-copy, encoder and decoder
+utilisation: "On MIG-enabled GPUs, querying ... is not currently supported")."""
+_REMAPPED_ROWS = "NVML_FI_DEV_REMAPPED_"
+"""Row-remapping field values: NotSupported on a MIG-enabled GPU with active instances."""
+
+
+def _not_on_mig(name: str, active: bool) -> bool:
+    f = BY_NAME.get(name)
+    if f is None:
+        return False
+    src = f.source
+    return (src.kind == "gpm" or (src.kind == "call" and src.ref in _NOT_ON_MIG_CALLS)
+            or (active and src.kind == "fv" and src.ref.startswith(_REMAPPED_ROWS)))
+
+
+def _parent(s: Sample, *, active: bool) -> Sample:
+    """A MIG-enabled GPU's own sample: no utilisation rates, no whole-GPU GPM, no row-remapping
+    counts while it has instances (`active`), MIG_MODE 1."""
     values = dict(s.values)
     missing = dict(s.missing)
     for name in list(values):
-        f = BY_NAME.get(name)
-        if name == "DCGM_FI_DEV_GPU_UTIL" or (f is not None and f.source.kind == "gpm"):
+        if _not_on_mig(name, active):
             del values[name]
             missing[name] = _NOT_ON_MIG
     if "DCGM_FI_DEV_MIG_MODE" in values:
@@ -179,9 +206,9 @@ def _memory(parent: Sample, instances: Sequence[Sample]) -> Sample:
     used = sum(int(s.values.get("DCGM_FI_DEV_FB_USED", 0)) for s in instances)
     values = dict(parent.values)
     values["DCGM_FI_DEV_FB_USED"] = used
-    if "DCGM_FI_DEV_FB_FREE" in values:
-        values["DCGM_FI_DEV_FB_FREE"] = (int(values.get("DCGM_FI_DEV_FB_TOTAL", 0))
-                                         - int(values.get("DCGM_FI_DEV_FB_RESERVED", 0)) - used)
+    if "DCGM_FI_DEV_FB_FREE" in values:  # used + free stay the GPU's, whatever else is read
+        before = int(parent.values["DCGM_FI_DEV_FB_USED"])
+        values["DCGM_FI_DEV_FB_FREE"] = max(0, int(values["DCGM_FI_DEV_FB_FREE"]) + before - used)
     return replace(parent, values=values)
 
 

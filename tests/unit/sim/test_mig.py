@@ -37,7 +37,7 @@ def doc(*pods: dict[str, Any], **top: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("data", "needle"), [
     ({"mig": {"gpu": 0}, "pods": []}, "mig: expected a list"),
-    ({"mig": [{"gpu": 0}], "pods": []}, "mig[0].instances: expected a list of 1..7 MIG profiles"),
+    ({"mig": [{"gpu": 0}], "pods": []}, "mig[0].instances: expected a list of 0..7 MIG profiles"),
     ({"mig": [{"gpu": 0, "instances": ["4g.40gb", "4g.40gb"]}], "pods": []},
      "mig[0].instances: 8 compute slices; a GPU has 7"),
     ({"mig": [{"gpu": 0, "instances": ["3g"]}], "pods": []},
@@ -52,6 +52,11 @@ def doc(*pods: dict[str, Any], **top: Any) -> dict[str, Any]:
                                 "instances with instance: 1..2"),
     (doc(pod("p", {"gpu": 0, "instance": 3})),
      "pods[0].containers[0].gpus[0].instance: gpu 0 has GPU instances 1..2, not 3"),
+    ({"mig": [{"gpu": 0, "instances": []}], "pods": [pod("p", {"gpu": 0})]},
+     "pods[0].containers[0].gpus[0]: gpu 0 runs MIG with no GPU instance; nothing on it can be "
+     "held"),
+    ({"mig": [{"gpu": 0, "instances": []}], "pods": [pod("p", {"gpu": 0, "instance": 1})]},
+     "pods[0].containers[0].gpus[0].instance: gpu 0 has no GPU instance, not 1"),
     (doc(pod("p", {"gpu": 1, "instance": 1})),
      "pods[0].containers[0].gpus[0].instance: gpu 1 is not in the scenario's mig list"),
     (doc(pod("p", {"gpu": 0, "instance": 0})),
@@ -72,8 +77,16 @@ def test_mig_needs_a_gpu_the_node_has_and_a_model_with_mig() -> None:
     with pytest.raises(ConfigError, match=r"f\.json: mig\[0\]\.gpu: gpu 2 does not exist"):
         SimulatedBackend(2, MODELS["H100"], scenario=s)
     s = parse_scenario({"mig": [{"gpu": 0, "instances": ["1g.10gb"]}], "pods": []}, "f.json")
-    with pytest.raises(ConfigError, match=r"f\.json: mig\[0\]: the NVIDIA A10G has no MIG"):
+    with pytest.raises(ConfigError, match=r"f\.json: mig\[0\]: the NVIDIA A10G has no MIG .*"
+                       r"simulate an A100, H100 or H200"):
         SimulatedBackend(1, MODELS["A10G"], scenario=s)
+    # profiles are named by the memory they get: 2 x 3g.71gb do not fit an 80 GB GPU
+    s = parse_scenario({"mig": [{"gpu": 0, "instances": ["3g.71gb", "3g.71gb"]}], "pods": []},
+                       "f.json")
+    with pytest.raises(ConfigError, match=r"f\.json: mig\[0\]\.instances: 142 GB of profiles; "
+                       r"the NVIDIA A100-SXM4-80GB has 81 GB"):
+        SimulatedBackend(1, MODELS["A100"], scenario=s)
+    SimulatedBackend(1, MODELS["H200"], scenario=s)  # 143 GB: fits
 
 
 def test_a_mig_gpu_looks_as_nvml_shows_one_and_its_holder_is_on_the_instance() -> None:
@@ -189,3 +202,72 @@ def test_the_live_view_accounting_and_emf_see_a_simulated_mig_instance_as_a_real
           for name, _ in items if name == "DCGM_FI_DEV_FB_USED"]
     held = next(d for d in fb if d.get("GPU_I_ID") == "1")
     assert (held["GPU_I_PROFILE"], held["pod"]) == ("3g.40gb", "mig-pod")
+
+
+NOT_ON_MIG = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL",
+              "DCGM_FI_DEV_DEC_UTIL")
+"""nvmlDeviceGetUtilizationRates, ...EncoderUtilization, ...DecoderUtilization: "On MIG-enabled
+GPUs, querying ... is not currently supported" (nvml.h, NVML API reference)."""
+REMAP = ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+         "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING")
+"""nvmlDeviceGetRemappedRows and its field values: NotSupported "if MIG is enabled" with
+active instances (nvml.h)."""
+
+
+@pytest.mark.parametrize("model", ["A100", "H100", "H200"])
+def test_a_held_instance_on_every_mig_model(model: str) -> None:
+    """An A100 has no GPM: its instance has no profiling ratios but its memory and the GPU's
+    values, and its holder's processes (memory only) are read without an error."""
+    from podgpu.fields.catalog import CATALOG
+
+    s = parse_scenario(doc(pod("mig-pod", {"gpu": 0, "instance": 1})))
+    b = SimulatedBackend(1, MODELS[model], scenario=s, clock=FakeClock())
+    r = b.read(CATALOG, processes=True)
+    parent, i1, i2 = r.samples
+    assert i1.values["DCGM_FI_DEV_FB_USED"] > 0 and i2.values["DCGM_FI_DEV_FB_USED"] == 0
+    assert ("DCGM_FI_PROF_GR_ENGINE_ACTIVE" in i1.values) is (model != "A100")
+    for x in (parent, i1, i2):
+        assert not set(NOT_ON_MIG) & set(x.values), x.device
+        assert not set(REMAP) & set(x.values), x.device
+    (proc,) = r.processes
+    assert proc.used_memory_bytes == i1.values["DCGM_FI_DEV_FB_USED"] * 2**20
+
+
+def test_a_mig_gpu_without_instances_is_shown_whole_in_flex_with_mig_mode_on() -> None:
+    """MIG on, no GPU instance created yet: dcgm-exporter's flex mode monitors the GPU itself
+    (devicemonitoring.monitorAllGPUInstances adds a GPU with no instances); NVML has no
+    utilisation rates for it but does have its row-remapping counts (no active instance)."""
+    from podgpu.fields.catalog import CATALOG
+
+    s = parse_scenario({"mig": [{"gpu": 0, "instances": []}], "pods": []})
+    for spec in ("f", "g"):
+        b = SelectedBackend(SimulatedBackend(1, MODELS["A100"], scenario=s, clock=FakeClock()),
+                            parse_device_selection(spec))
+        b.open()
+        (x,) = b.read(CATALOG).samples
+        assert not x.device.is_mig and x.values["DCGM_FI_DEV_MIG_MODE"] == 1
+        assert not set(NOT_ON_MIG) & set(x.values)
+        assert x.values["DCGM_FI_DEV_ROW_REMAP_FAILURE"] == 0
+    b = SelectedBackend(SimulatedBackend(1, MODELS["A100"], scenario=s, clock=FakeClock()),
+                        parse_device_selection("i"))
+    assert b.read(CATALOG).samples == ()
+
+
+@pytest.mark.parametrize("model", ["A100", "H100", "H200"])
+def test_the_parent_under_g_has_its_instances_memory_whatever_fields_are_read(model: str) -> None:
+    """dcgm-exporter's default list reads FB_FREE and FB_USED but not FB_TOTAL: the parent's
+    used is its instances' sum and used + free stay what the GPU has (never negative)."""
+    names = ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED")
+    spec = MODELS[model]
+    s = parse_scenario(doc(pod("a", {"gpu": 0, "instance": 1}), pod("b", {"gpu": 0,
+                                                                          "instance": 2})))
+    clock = FakeClock()
+    b = SelectedBackend(SimulatedBackend(1, spec, scenario=s, clock=clock),
+                        parse_device_selection("g+i"))
+    for _ in range(2):  # busy, then idle
+        parent, i1, i2 = b.read([BY_NAME[n] for n in names]).samples
+        used = int(i1.values["DCGM_FI_DEV_FB_USED"]) + int(i2.values["DCGM_FI_DEV_FB_USED"])
+        assert parent.values["DCGM_FI_DEV_FB_USED"] == used
+        assert (int(parent.values["DCGM_FI_DEV_FB_FREE"]) + used
+                == spec.fb_total_mib - spec.fb_reserved_mib)
+        clock.advance(25)
