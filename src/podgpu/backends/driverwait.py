@@ -26,6 +26,7 @@ from podgpu.backends.base import Backend, Reading
 from podgpu.errors import BackendError
 from podgpu.fields.catalog import Field
 from podgpu.model import Device
+from podgpu.peers.backoff import BackoffLoop
 
 log = logging.getLogger("podgpu.backends.driverwait")
 
@@ -56,18 +57,19 @@ class DriverWait:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._inner = inner
         self.name = inner.name
-        self._first_delay = first_delay
-        self._max_delay = max_delay
         self._log_every = log_every
         self._on_fatal = on_fatal
         self._clock = clock
         self._ready = threading.Event()
-        self._stop = threading.Event()
         self._lock = threading.Lock()
         self._reason: str | None = None
         self._since = 0.0
         self._attempts = 0
-        self._thread: threading.Thread | None = None
+        self._last_log = 0.0
+        # the first retry `first_delay` after the failed open, doubling up to `max_delay`; ends
+        # once NVML opens
+        self._loop = BackoffLoop(self._retry, name="podgpu-driver-wait", first=first_delay,
+                                 cap=max_delay, every=None, after_failure=True)
         self._when_ready: list[Callable[[], None]] = []
 
     # --- lifecycle
@@ -80,56 +82,52 @@ class DriverWait:
                 raise
             with self._lock:
                 self._reason, self._since, self._attempts = str(exc), self._clock(), 1
+            self._last_log = self._since
             log.warning("waiting for the NVIDIA driver: %s. Retrying in the background; "
                         "/health/ready is 503 (not ready) and /health 200 (alive) until NVML "
                         "answers", exc)
-            self._thread = threading.Thread(target=self._retry, name="podgpu-driver-wait",
-                                            daemon=True)
-            self._thread.start()
+            self._loop.start()
             return
         self._ready.set()
 
-    def _retry(self) -> None:
-        delay = self._first_delay
-        last_log = self._clock()
-        while not self._stop.wait(delay):
-            delay = min(delay * 2.0, self._max_delay)
-            try:
-                self._inner.open()
-            except Exception as exc:
-                if not waitable(exc):
-                    log.error("NVML cannot start: %s", exc)
-                    with self._lock:
-                        self._reason = f"NVML cannot start: {exc}"
-                    if self._on_fatal is not None:
-                        self._on_fatal(exc)
-                    return
-                now = self._clock()
+    def _retry(self) -> bool:
+        """One retry on the loop's thread: True once NVML is open (or the wait is over)."""
+        try:
+            self._inner.open()
+        except Exception as exc:
+            if not waitable(exc):
+                log.error("NVML cannot start: %s", exc)
                 with self._lock:
-                    self._reason, self._attempts = str(exc), self._attempts + 1
-                    waited, attempts = now - self._since, self._attempts
-                if now - last_log >= self._log_every:
-                    last_log = now
-                    log.warning("still waiting for the NVIDIA driver after %.0f s (%d attempts): "
-                                "%s", waited, attempts, exc)
-                continue
-            if self._stop.is_set():  # closed while this attempt was opening
-                self._inner.close()
-                return
+                    self._reason = f"NVML cannot start: {exc}"
+                if self._on_fatal is not None:
+                    self._on_fatal(exc)
+                return True
+            now = self._clock()
             with self._lock:
-                waited = self._clock() - self._since
-                self._reason = None
-                self._ready.set()
-                then, self._when_ready = self._when_ready, []
-            devices = self._inner.devices()
-            log.warning("the NVIDIA driver is ready after %.0f s: NVML %d device(s), driver %s",
-                        waited, len(devices), self._inner.info().get("driver_version", "?"))
-            for fn in then:
-                try:
-                    fn()
-                except Exception:  # a report that failed must not end the wait's thread badly
-                    log.exception("after the NVIDIA driver became ready")
-            return
+                self._reason, self._attempts = str(exc), self._attempts + 1
+                waited, attempts = now - self._since, self._attempts
+            if now - self._last_log >= self._log_every:
+                self._last_log = now
+                log.warning("still waiting for the NVIDIA driver after %.0f s (%d attempts): "
+                            "%s", waited, attempts, exc)
+            return False
+        if self._loop.stopped:  # closed while this attempt was opening
+            self._inner.close()
+            return True
+        with self._lock:
+            waited = self._clock() - self._since
+            self._reason = None
+            self._ready.set()
+            then, self._when_ready = self._when_ready, []
+        devices = self._inner.devices()
+        log.warning("the NVIDIA driver is ready after %.0f s: NVML %d device(s), driver %s",
+                    waited, len(devices), self._inner.info().get("driver_version", "?"))
+        for fn in then:
+            try:
+                fn()
+            except Exception:  # a report that failed must not end the wait's thread badly
+                log.exception("after the NVIDIA driver became ready")
+        return True
 
     def when_ready(self, fn: Callable[[], None]) -> None:
         """Run `fn` once NVML is open: now (on this thread) if it is, else on the waiting
@@ -151,9 +149,8 @@ class DriverWait:
                     f"({self._attempts} attempts): {self._reason}")
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)  # an open() in flight finishes and closes itself
+        self._loop.stop()
+        self._loop.join(5.0)  # an open() in flight finishes and closes itself
         if self._ready.is_set():
             self._inner.close()
 
