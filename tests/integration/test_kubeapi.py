@@ -218,7 +218,7 @@ def test_a_silent_watch_is_cut_at_its_read_timeout_and_reopened(api: FakeKubeApi
     w.start()
     try:
         wait_for(lambda: w.errors >= 1, timeout=10)
-        assert "TimeoutError" in w._last_error or "timed out" in w._last_error, w._last_error
+        assert "TimeoutError" in w.reason or "timed out" in w.reason, w.reason
         api.silent_watches = False
         api.put(pod("u2", "ml", "b"))
         wait_for(lambda: set(w.index.by_uid) == {"u1", "u2"}, timeout=15)

@@ -19,13 +19,9 @@ import pytest
 
 from podgpu.attribution.kubeapi import MAX_LINE_BYTES, AnswerTooLarge, Connection, KubeConfig
 from podgpu.attribution.podstore import MAX_PODS, PodStore
-from podgpu.attribution.podwatch import (
-    LIST_PAGE_PODS,
-    MAX_LIST_PAGE_BYTES,
-    PODS_PATH,
-    PodInfo,
-    PodWatcher,
-)
+from podgpu.attribution.podwatch import PODS_PATH, PodInfo, PodWatcher
+from podgpu.attribution.reflector import LIST_PAGE as LIST_PAGE_PODS
+from podgpu.attribution.reflector import MAX_LIST_PAGE_BYTES
 from tests.hostile_peers import hostile_peers
 from tests.integration.kube_api_fake import FakeKubeApi, pod
 from tests.integration.kubelet_fake import wait_for
@@ -104,7 +100,7 @@ def test_a_watch_event_over_the_cap_is_refused_not_held(api: FakeKubeApi) -> Non
         assert w.wait_synced(10)
         api.put(pod("big", "ml", "big", labels={"pad": "x" * (3 << 20)}))
         wait_for(lambda: w.errors >= 1, timeout=15)
-        assert f"a watch event over {MAX_LINE_BYTES} bytes" in w._last_error
+        assert f"a watch event over {MAX_LINE_BYTES} bytes" in w.reason
         wait_for(lambda: "big" in w.index.by_uid, timeout=15)  # re-listed: a page may hold it
     finally:
         w.close()
@@ -136,7 +132,7 @@ def test_one_event_costs_the_same_whatever_the_number_of_pods(kind: str) -> None
     """Each ADDED event re-sorted every pod (9,000 pods: 45 s with the GIL held)."""
     def cost(n: int) -> int:
         store = PodStore()
-        store.replace({p.uid: p for p in (info(i) for i in range(n))})
+        store.replace(info(i) for i in range(n))
         store.index()
         event = {"add": lambda: store.put(info(n)),
                  "update": lambda: store.put(info(1, created="x")),

@@ -1,20 +1,14 @@
 """dcgm-exporter's `-m NAMESPACE:NAME`: the metric list read from a ConfigMap through the
-Kubernetes API (kubeapi.py), the answer capped at MAX_CONFIGMAP_BYTES and under one deadline."""
+Kubernetes API (apiserver.py's `connect`), the answer capped at MAX_CONFIGMAP_BYTES and under one
+deadline."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from urllib.parse import quote
 
-from podgpu.attribution.kubeapi import (
-    Connection,
-    KubeApiError,
-    KubeConfig,
-    NotInCluster,
-    describe,
-    in_cluster,
-)
+from podgpu.attribution.apiserver import connect, reason
+from podgpu.attribution.kubeapi import ApiAccessError, KubeApiError, KubeConfig, NotInCluster
 
 MAX_CONFIGMAP_BYTES = 2 * 1024 * 1024
 """Of the `-m` ConfigMap answer read (Kubernetes caps a ConfigMap's data at 1 MiB)."""
@@ -36,27 +30,22 @@ def read_configmap(namespace: str, name: str, key: str = "metrics", *,
     where = f"--configmap-data {namespace}:{name}"
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/configmaps/{quote(name, safe='')}"
     try:
-        cfg = configuration
-        if cfg is None:
-            cfg = in_cluster(os.environ if environ is None else environ)
-        conn = Connection(cfg)
-    except (NotInCluster, OSError, ValueError) as exc:
+        conn = connect(configuration, environ)
+    except (NotInCluster, ApiAccessError) as exc:
         raise AttributionError(f"{where}: no Kubernetes API access: {exc}") from None
     try:
         body = conn.get_json(path, timeout=30.0, max_bytes=MAX_CONFIGMAP_BYTES)
-    except KubeApiError as exc:
-        if exc.status == 404:
+    except Exception as exc:
+        if isinstance(exc, KubeApiError) and exc.status == 404:
             raise ConfigError(f"{where}: ConfigMap {name!r} not found in namespace "
                               f"{namespace!r}") from None
-        if exc.status == 403:
-            raise AttributionError(f"{where}: 403 Forbidden: the service account needs get on "
-                                   f"configmaps in {namespace!r}") from None
-        raise AttributionError(f"{where}: cannot read it: {describe(exc)}") from None
-    except Exception as exc:
-        raise AttributionError(f"{where}: cannot read it: {describe(exc)}") from None
+        why = reason(exc, f"get on configmaps in {namespace!r}")
+        raise AttributionError(f"{where}: cannot read it: {why}") from None
     finally:
         conn.close()
     data = body.get("data") or {}
+    if not isinstance(data, dict):
+        raise AttributionError(f"{where}: cannot read it: the answer's data is not an object")
     if key not in data:
         keys = ", ".join(sorted(data)) or "none"
         raise ConfigError(f"{where}: the ConfigMap has no {key!r} key (keys: {keys})")

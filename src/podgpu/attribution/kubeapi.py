@@ -67,6 +67,11 @@ class NotInCluster(Exception):
     """No in-cluster configuration: not in a pod, or no service-account token mounted."""
 
 
+class ApiAccessError(Exception):
+    """A configuration that cannot reach the API: the CA bundle cannot be loaded (unreadable,
+    not PEM, no certificate in it) or the address is not an http(s) URL."""
+
+
 @dataclass(frozen=True, slots=True)
 class KubeConfig:
     """Where the API is and how to authenticate.
@@ -108,17 +113,25 @@ class Connection:
 
     def __init__(self, config: KubeConfig, *,
                  connect_timeout: float = CONNECT_TIMEOUT_SECONDS) -> None:
-        url = urlsplit(config.host)
+        try:
+            url = urlsplit(config.host)
+            port = url.port
+        except ValueError as exc:  # a port that is not a number
+            raise ApiAccessError(f"API address {config.host!r}: {exc}") from None
         if url.scheme not in ("http", "https") or not url.hostname:
-            raise NotInCluster(f"API address {config.host!r}: expected http(s)://HOST[:PORT]")
+            raise ApiAccessError(f"API address {config.host!r}: expected http(s)://HOST[:PORT]")
         self._config = config
         self._tls = url.scheme == "https"
         self._host = url.hostname
-        self._port = url.port or (443 if self._tls else 80)
+        self._port = port or (443 if self._tls else 80)
         self._connect_timeout = connect_timeout
         self._ssl: ssl.SSLContext | None = None
         if self._tls:
-            self._ssl = ssl.create_default_context(cafile=config.ca_file or None)
+            try:
+                self._ssl = ssl.create_default_context(cafile=config.ca_file or None)
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                where = config.ca_file or "the system's CA store"
+                raise ApiAccessError(f"CA bundle {where} cannot be loaded: {exc}") from None
         self._conn: http.client.HTTPConnection | None = None
         self._interrupted = False
 

@@ -9,27 +9,30 @@ capacity (`status.capacity["nvidia.com/gpu"]`) comes with it.
 
 The GET runs on its own daemon thread at start and every REFRESH_SECONDS after, never on the
 collect path; `current()` returns the last answer (an empty `NodeObject` until the first one).
-Without API access (no NODE_NAME, not in a pod) it logs one line and stays empty.
+Without API access (no NODE_NAME, not in a pod) it logs one line and stays empty. A failed GET
+(apiserver.py: CA, token, connection, answer) is counted, said once per reason and retried
+within RETRY_SECONDS; `health()` is the `node` entry of /health's Container Insights part.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from podgpu.attribution.kubeapi import Connection, KubeConfig, NotInCluster, in_cluster
+from podgpu.attribution.apiserver import ApiCaller
+from podgpu.attribution.kubeapi import Connection, KubeConfig
 
-log = logging.getLogger(__name__)
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 LEGACY_INSTANCE_TYPE_LABEL = "beta.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
 REFRESH_SECONDS = 600.0
 """How often the Node is read again (its GPU capacity changes when the device plugin does)."""
+RETRY_SECONDS = 60.0
+"""How soon a failed read is tried again (at most; sooner when REFRESH_SECONDS is shorter)."""
 GET_TIMEOUT_SECONDS = 10.0
 
 
@@ -82,27 +85,38 @@ class NodeLookup:
                  environ: Mapping[str, str] | None = None,
                  refresh: float = REFRESH_SECONDS) -> None:
         self._node = node_name
-        self._configuration = configuration
-        self._environ = environ
+        self._path = f"/api/v1/nodes/{quote(node_name, safe='')}"
+        self.api = ApiCaller(f"Container Insights' GET {self._path}", rbac="get on nodes",
+                             without="InstanceId and InstanceType stay empty",
+                             configuration=configuration, environ=environ)
         self._refresh = refresh
         self._current = NodeObject(name=node_name)
         self._stop = threading.Event()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
-        self.errors = 0
-        self.reason = ""
+
+    @property
+    def errors(self) -> int:
+        return self.api.errors
+
+    @property
+    def reason(self) -> str:
+        return self.api.reason
 
     def current(self) -> NodeObject:
         return self._current
 
+    def health(self) -> dict[str, object]:
+        """The `node` entry of /health's Container Insights part: status, failed reads."""
+        return self.api.health()
+
     def start(self, wait_seconds: float = 2.0) -> None:
-        """Start reading; wait up to `wait_seconds` for the first answer."""
+        """Start reading; wait up to `wait_seconds` for the first answer (or failure)."""
         if self._thread is not None:
             return
         if not self._node:
-            self.reason = ("NODE_NAME is not set: InstanceId and InstanceType stay empty (set it "
-                           "from spec.nodeName with the downward API)")
-            log.warning("Container Insights: %s", self.reason)
+            self.api.unavailable("NODE_NAME is not set (set it from spec.nodeName with the "
+                                 "downward API)")
             return
         self._thread = threading.Thread(target=self._run, name="podgpu-node", daemon=True)
         self._thread.start()
@@ -112,29 +126,23 @@ class NodeLookup:
         self._stop.set()
 
     def _run(self) -> None:
-        import os
-
+        conn: Connection | None = None
         try:
-            config = self._configuration or in_cluster(
-                self._environ if self._environ is not None else os.environ)
-        except NotInCluster as exc:
-            self.reason = f"no Kubernetes API ({exc}): InstanceId and InstanceType stay empty"
-            log.warning("Container Insights: %s", self.reason)
+            while not self._stop.is_set():
+                conn = conn or self.api.connect()
+                if conn is not None:
+                    try:
+                        self._current = parse_node(conn.get_json(
+                            self._path, timeout=GET_TIMEOUT_SECONDS))
+                        self.api.succeeded()
+                    except Exception as exc:  # counted and said; tried again
+                        self.api.failed(exc)
+                self._done.set()
+                if not self.api.available:
+                    return
+                ok = self.api.status == "ok"
+                self._stop.wait(self._refresh if ok else min(self._refresh, RETRY_SECONDS))
+        finally:
             self._done.set()
-            return
-        conn = Connection(config)
-        path = f"/api/v1/nodes/{quote(self._node, safe='')}"
-        while not self._stop.is_set():
-            try:
-                self._current = parse_node(conn.get_json(path, timeout=GET_TIMEOUT_SECONDS))
-                self.reason = ""
-            except Exception as exc:  # logged, retried at the next refresh
-                self.errors += 1
+            if conn is not None:
                 conn.close()
-                why = f"GET {path}: {exc}"
-                if why != self.reason:
-                    log.warning("Container Insights: %s (RBAC: get on nodes?)", why)
-                self.reason = why
-            self._done.set()
-            self._stop.wait(self._refresh if not self.reason else min(self._refresh, 60.0))
-        conn.close()

@@ -1,16 +1,14 @@
-"""The pod watch's pods: an immutable `PodIndex` for readers, and the `PodStore` the watch
-thread changes one event at a time, in time independent of how many pods there are (each event
-re-sorting every pod took 45 s for 9,000 pods with the GIL held)."""
+"""The pod watch's pods: `PodInfo`, an immutable `PodIndex` for readers, and the `PodStore` the
+watch thread changes one event at a time, in time independent of how many pods there are (each
+event re-sorting every pod took 45 s for 9,000 pods with the GIL held)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from podgpu.attribution.podwatch import PodInfo
+from podgpu.attribution.workload import PodGpus
 
 MAX_PODS = 1024
 """Pods of this node kept. The kubelet's default `maxPods` is 110 and Kubernetes documents 110
@@ -18,6 +16,29 @@ pods per node as its limit for large clusters; EKS's per-instance table reaches 
 largest instance types. 1,024 is above every limit a node runs with, so only a field selector
 the API server ignored (or a hostile stand-in) reaches it; past it pods are not kept and one line
 is logged."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """What the API says about one pod on this node. `containers` maps runtime container id (bare
+    hex) to container name, for init, regular and ephemeral containers that have started."""
+
+    uid: str
+    namespace: str
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+    containers: tuple[tuple[str, str], ...] = ()
+    created: str = ""
+    """metadata.creationTimestamp (RFC 3339, so it sorts as text); '' when absent."""
+    owners: tuple[tuple[str, str], ...] = ()  # (kind, name), the controller first: workload.py
+    gpus: PodGpus = field(default_factory=PodGpus)  # nvidia.com/gpu requests, limits; phase
+
+    def container_name(self, container_id: str) -> str:
+        for cid, name in self.containers:
+            if cid == container_id:
+                return name
+        return ""
+
 
 @dataclass(frozen=True, slots=True)
 class PodIndex:
@@ -56,11 +77,19 @@ class PodStore:
         self.refused = 0
         """Pods not kept because MAX_PODS were kept already, since the last list."""
 
-    def replace(self, pods: Mapping[str, PodInfo]) -> None:
+    def replace(self, pods: Iterable[PodInfo], more: int = 0) -> None:
+        """All pods at once (a list); past MAX_PODS they are not kept, and `more` pods the list
+        did not read are refused with them."""
         with self._lock:
             self._by_uid, self._by_name, self._groups = {}, {}, {}
-            self.refused = 0
-            for p in pods.values():
+            self.refused = more
+            for p in pods:
+                old = self._by_uid.get(p.uid)
+                if old is not None:  # listed twice: the later one
+                    self._drop(old)
+                elif len(self._by_uid) >= MAX_PODS:
+                    self.refused += 1
+                    continue
                 self._put(p)
             self._dirty = True
 

@@ -112,10 +112,7 @@ def test_watcher_lists_then_follows_the_watch(api: FakeKubeApi) -> None:
     api.put_service(service("ml", "headless"))
     for i in range(7):  # more than one page
         api.put_service(service("other", f"s{i}", {"app": "trainer"}))
-    w = ServiceWatcher(configuration=KubeConfig(api.url), watch_timeout_seconds=5)
-    import podgpu.attribution.services as services
-
-    page, services.LIST_PAGE = services.LIST_PAGE, 3
+    w = ServiceWatcher(configuration=KubeConfig(api.url), watch_timeout_seconds=5, list_page=3)
     try:
         w.start(wait_seconds=5)
         assert w.first("ml", TRAINER) == "trainer"
@@ -133,7 +130,6 @@ def test_watcher_lists_then_follows_the_watch(api: FakeKubeApi) -> None:
         api.close_watches()
         wait_for(lambda: len(api.list_requests()) > lists, what="a list after 410")
     finally:
-        services.LIST_PAGE = page
         w.close()
 
 
