@@ -346,6 +346,9 @@ def wire_http(agent: Agent, lists: Lists, publishing: Publishing) -> App:
         sinks["web_config"] = security.health
     if hpc is not None:
         sinks["hpc_job_mapping"] = hpc.health
+    pod_watch = getattr(agent.attributor, "pod_watch_health", None)  # KubeletAttributor's
+    if pod_watch is not None:
+        sinks["pod_watch"] = pod_watch
 
     def health_of(strict: bool) -> tuple[int, dict[str, Any]]:
         status, body = health(publisher.current, time.time(), interval, backend.name,

@@ -99,6 +99,13 @@ class KubeletAttributor:
                 errors=(("attribution", 1),),
             )
 
+    def pod_watch_health(self) -> dict[str, object]:
+        """The `pod_watch` entry of /health: how the pod list/watch goes (status, pods kept,
+        failed calls)."""
+        if self._watcher is None:
+            return {"status": "disabled"}
+        return self._watcher.health()
+
     def pods(self) -> Mapping[tuple[str, str], PodInfo]:
         """This node's pods by (namespace, name), as the pod watch knows them now (empty without
         API access): their owners and GPU resources, for Container Insights."""

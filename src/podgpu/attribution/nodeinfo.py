@@ -25,7 +25,6 @@ from urllib.parse import quote
 from podgpu.attribution.apiserver import ApiCaller
 from podgpu.attribution.kubeapi import Connection, KubeConfig
 
-
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 LEGACY_INSTANCE_TYPE_LABEL = "beta.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"

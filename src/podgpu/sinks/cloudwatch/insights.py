@@ -71,6 +71,8 @@ class NodeSource(Protocol):
 
     def start(self, wait_seconds: float = ...) -> None: ...
 
+    def health(self) -> dict[str, object]: ...
+
 
 class FixedNode:
     """A Node known in advance (the simulated node's, tests)."""
@@ -83,6 +85,9 @@ class FixedNode:
 
     def start(self, wait_seconds: float = 0.0) -> None:
         return None
+
+    def health(self) -> dict[str, object]:
+        return {"status": "known in advance (simulated node)"}
 
 
 Pods = Callable[[], Mapping[tuple[str, str], PodInfo]]
@@ -137,9 +142,10 @@ class InsightsBuilder:
         self._memo: dict[tuple[object, ...], LabelKey] = {}
 
     def health(self) -> dict[str, object]:
-        """The `container_insights` part of /health's `emf` entry: how the Service list goes
-        (`ok`, `failing: <why>`, `unavailable: <why>`) and how many Services are kept."""
-        return {"services": self._services.health()}
+        """The `container_insights` part of /health's `emf` entry: how the Service list and the
+        Node's GET go (`ok`, `failing: <why>`, `unavailable: <why>`, failed calls) and how many
+        Services are kept."""
+        return {"services": self._services.health(), "node": self._node.health()}
 
     def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
         if not self._started:  # the Node's GET starts with the first cycle, before the port opens

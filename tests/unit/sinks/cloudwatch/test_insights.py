@@ -203,7 +203,8 @@ def test_service_names_the_selected_pods_events_and_adds_the_pod_level_set() -> 
     node = Node(services)
     events = node.events(2)
     assert services.started == 1
-    assert node.builder.health() == {"services": {"status": "ok", "services": 3}}
+    assert node.builder.health() == {"services": {"status": "ok", "services": 3},
+                                     "node": {"status": "known in advance (simulated node)"}}
     errs, _ = ci_contract.check_stream(events)
     assert errs == []
     pod, ctr = by(events, "PodGPU", "nvidia0", "train-0"), by(events, "ContainerGPU", "nvidia0",
