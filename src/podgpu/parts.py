@@ -111,11 +111,14 @@ def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend
 def make_attributor(kubernetes: KubernetesSettings, scenario: Scenario | None
                     ) -> Attributor | None:
     """The kubelet attributor with -k (it wins over a scenario: simulated GPUs, real kubelet),
-    else the simulated one for a scenario, else None."""
-    from podgpu.attribution.attributor import build_attributor
+    else the simulated one for a scenario, else None (and the Kubernetes clients stay
+    unimported)."""
+    if kubernetes.enabled:
+        from podgpu.attribution.attributor import build_attributor
 
-    if kubernetes.enabled or scenario is None:
         return build_attributor(kubernetes)
+    if scenario is None:
+        return None
     from podgpu.attribution.attributor import enrich_options
     from podgpu.sim.scenario import SimulatedAttributor
 

@@ -22,8 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import re2  # type: ignore[import-untyped]  # the binding ships no type hints
-
 from podgpu.errors import ConfigError
 
 _MAX_MEM = 64 << 20
@@ -31,7 +29,7 @@ _MAX_MEM = 64 << 20
 alternations that Go accepts; Go's own limit is on the parsed size, not memory)."""
 
 
-def _options() -> Any:
+def _options(re2: Any) -> Any:
     opts = re2.Options()
     opts.log_errors = False  # the reason goes into our ConfigError, not onto stderr
     opts.max_mem = _MAX_MEM
@@ -88,10 +86,13 @@ class GoPattern:
 
 
 def _compile(pattern: str, where: str) -> GoPattern:
+    # imported with the first pattern: an agent given no regex never loads the C++ library
+    import re2  # type: ignore[import-untyped]  # the binding ships no type hints
+
     refused = _go_refuses(pattern)
     if refused is None:
         try:
-            rx = re2.compile(pattern, _options())
+            rx = re2.compile(pattern, _options(re2))
         except re2.error as exc:
             refused = _reason(exc)
     if refused is not None:
