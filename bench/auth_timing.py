@@ -21,7 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.sources import run_from
+
 LENGTHS = (1, 8, 32, 71, 72, 73, 100, 200)
 
 
@@ -67,11 +68,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cost", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--src", type=Path, default=ROOT / "src",
-                    help="podgpu sources to measure (e.g. an older commit's)")
+    ap.add_argument("--src", type=Path, help="podgpu sources to measure (e.g. an older commit's)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    sys.path.insert(0, str(args.src))
+    run_from(args.src, "bench.auth_timing")
     res = asyncio.run(measure(args.cost, args.repeat))
     res["command"] = sys.argv
     if args.out:

@@ -20,8 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from tests.fakes.churn_node import ChurnNode, Gpu, schedule
 
 from podgpu.accounting import Accountant, Options, State, advance

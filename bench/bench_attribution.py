@@ -14,12 +14,9 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path, wait_for
 

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from tests.harness import Serve, free_port, rss_fds  # noqa: E402
 

@@ -13,15 +13,11 @@ import json
 import socket
 import ssl
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import bcrypt
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from tests.tlsutil import Pki
 
 from podgpu.http.auth import BasicAuthChecker

@@ -35,8 +35,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench.sources import run_from
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 HASH = "$2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG"
 NASTY: list[Any] = [
@@ -224,8 +225,7 @@ def main() -> int:
     ap.add_argument("--src", type=Path, help="podgpu sources to fuzz (e.g. an older commit's)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    if args.src:
-        sys.path.insert(0, str(args.src))
+    run_from(args.src, "bench.fuzz_cli")
     import yaml  # noqa: F401
 
     import podgpu.cli  # noqa: F401 - imported once, before the forks

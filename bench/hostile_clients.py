@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from tests.harness import free_port  # noqa: E402
 from tests.hostile_peers import HostilePeers, gzip_bomb  # noqa: E402

@@ -31,18 +31,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "src"), str(ROOT / "bench")]
-
-from tests.conftest import FIXTURES  # noqa: E402
-from tests.deploy.contract import prepare  # noqa: E402
-from tests.deploy.podman import IMAGE, image_present, main_pid, podman  # noqa: E402
-from tests.deploy.render import configured, container  # noqa: E402
-from tests.deploy.standins import DUMMY_AWS, KubeApi, LogsStandIn  # noqa: E402
-from tests.harness import free_port, proc_sample  # noqa: E402
-from tests.integration.kube_api_fake import pod  # noqa: E402
-from tests.integration.kubelet_fake import FakeContainer, FakeKubelet, FakePod, gpu_pod  # noqa: E402
-from tests.support.prod_memory import Scraper, summarise  # noqa: E402
+from tests.conftest import FIXTURES
+from tests.deploy.contract import prepare
+from tests.deploy.podman import IMAGE, image_present, main_pid, podman
+from tests.deploy.render import configured, container
+from tests.deploy.standins import DUMMY_AWS, KubeApi, LogsStandIn
+from tests.harness import free_port, proc_sample
+from tests.integration.kube_api_fake import pod
+from tests.integration.kubelet_fake import FakeContainer, FakeKubelet, FakePod, gpu_pod
+from tests.support.prod_memory import Scraper, summarise
 
 NODE = "test-node"  # what prepare() gives NODE_NAME
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"

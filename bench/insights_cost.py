@@ -2,7 +2,7 @@
 per interval, on a simulated node: the collect thread's part (InsightsBuilder.series + the
 window's add) and the sink thread's (InsightsEncoder.encode of a closed 60 s window).
 
-    PYTHONPATH=src python3 -m bench.insights_cost [--gpus 8] [--sharing none|time-slicing|mig]
+    .venv/bin/python -m bench.insights_cost [--gpus 8] [--sharing none|time-slicing|mig]
 
 Nodes: `--gpus` H100s, each held by `--pods-per-gpu` pods (sim/node.py's shapes, as `podgpu
 plan`). Snapshots are taken first (not timed); then the same snapshots run through the series
@@ -17,22 +17,18 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "src")]
-
-from podgpu.fields.metriclist import load_default  # noqa: E402
-from podgpu.sim.models import MODELS  # noqa: E402
-from podgpu.sim.node import Shape, SimNode, scenario_pods, simulated_node  # noqa: E402
-from podgpu.sinks.cloudwatch.insights import (  # noqa: E402
+from podgpu.fields.metriclist import load_default
+from podgpu.sim.models import MODELS
+from podgpu.sim.node import Shape, SimNode, scenario_pods, simulated_node
+from podgpu.sinks.cloudwatch.insights import (
     FixedNode,
     InsightsBuilder,
     InsightsOptions,
     with_insights_fields,
 )
-from podgpu.sinks.cloudwatch.insights_encode import InsightsEncoder  # noqa: E402
-from podgpu.sinks.cloudwatch.window import WindowAccumulator  # noqa: E402
+from podgpu.sinks.cloudwatch.insights_encode import InsightsEncoder
+from podgpu.sinks.cloudwatch.window import WindowAccumulator
 
 
 def main() -> int:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Scrape log -> real Prometheus TSDB -> query_range -> PNG of per-pod GPU utilization: the
 picture a user sees in the dashboard's "GPU utilization per pod" panel.
 
@@ -31,12 +30,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from deploy.gen import promql  # noqa: E402
-from deploy.gen.simnode import parse  # noqa: E402
-from tests.harness import free_port  # noqa: E402
+from deploy.gen import promql
+from deploy.gen.simnode import parse
+from tests.harness import free_port
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 
