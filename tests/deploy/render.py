@@ -21,7 +21,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE_ROOT = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("base", "overlays/prometheus-operator", "overlays/cloudwatch",
-            "overlays/prometheus-cloudwatch", "overlays/dcgm-exporter-migration")
+            "overlays/prometheus-cloudwatch", "overlays/dcgm-exporter-migration",
+            "overlays/gpu-operator")
 COMPONENTS = ("tls", "default-runtime", "node-role-credentials", "gpu-operator-client")
 """The components that apply to any overlay (test_components_render_on_every_overlay...)."""
 EXAMPLE_ENV = {"CLUSTER_NAME": "my-cluster", "AWS_REGION": "us-east-1"}

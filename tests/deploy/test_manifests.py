@@ -148,7 +148,10 @@ def test_security_properties(overlay: str) -> None:
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert not pod.get("hostPID") and not pod.get("hostNetwork") and not pod.get("hostIPC")
-    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    for init in pod.get("initContainers", []):  # the same lock-down for the validation gate
+        assert {k: init["securityContext"][k] for k in sc} == sc, init["name"]
+    mounts = {m["name"]: m for x in (c, *pod.get("initContainers", []))
+              for m in x["volumeMounts"]}
     host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert host["pod-resources"] == "/var/lib/kubelet/pod-resources"
     assert host["host-proc"] == "/proc"
@@ -223,12 +226,15 @@ def test_scheduling_and_lifecycle(overlay: str) -> None:
     assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
     assert pod["runtimeClassName"] == "nvidia"  # the GPU Operator's, CDI or not
     assert pod["tolerations"] == OPERATOR_TOLERATIONS
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"]
-    for name, labels in GPU_NODES.items():
-        assert matches(terms, labels), f"{overlay}: not scheduled on a {name} node"
-    for name, labels in OTHER_NODES.items():
-        assert not matches(terms, labels), f"{overlay}: scheduled on a {name} node"
+    if "affinity" in pod:  # the overlays for GPU Operator clusters: test_operator_phases.py
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"]
+        for name, labels in GPU_NODES.items():
+            assert matches(terms, labels), f"{overlay}: not scheduled on a {name} node"
+        for name, labels in OTHER_NODES.items():
+            assert not matches(terms, labels), f"{overlay}: scheduled on a {name} node"
+    else:
+        assert overlay == "overlays/dcgm-exporter-migration", overlay
     assert pod["priorityClassName"] == "system-node-critical"
     assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
     # Liveness and start-up on /health (200 while the driver is awaited or a GPU is lost),
@@ -272,7 +278,8 @@ def test_components_render_on_every_overlay_and_validate(overlay: str, component
     elif component == "default-runtime":
         assert "runtimeClassName" not in pod
     elif component == "gpu-operator-client":
-        assert pod["nodeSelector"] == {"nvidia.com/gpu.deploy.client": "true"}
+        assert pod["nodeSelector"]["nvidia.com/gpu.deploy.client"] == "true"
+        assert [c["name"] for c in pod["initContainers"]] == ["toolkit-validation"]
     else:
         (imds,) = [o for o in objs if o["kind"] == "NetworkPolicy"
                    and o["metadata"]["name"] == "podgpu-imds"]
