@@ -2,7 +2,7 @@
 """Record a scrape log: GET a podgpu /metrics every second for N seconds (standard library only,
 so it runs on a GPU machine with nothing installed).
 
-Output, one JSON object per line (the format bench/archive/h200_prod_run.py also
+Output, one JSON object per line (the format bench/archive/h200_prod_run.py at commit 2fed943 also
 writes, and bench/scrape_picture.py reads):
 
     {"t": <unix seconds, float>, "body": "<the /metrics text exactly as served>"}
