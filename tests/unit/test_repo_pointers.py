@@ -1,7 +1,8 @@
 """The repository explains itself: no text in it points at something a clone does not have.
 
-A pointer is a tracker number ("issue" and a number), a numbered rule of an outside style guide,
-an outside reference file or a folder beside the checkout.
+A pointer is a tracker number ("issue" and a number), an item of a tracker entry ("item" and a
+number), a numbered rule of an outside style guide, an outside reference file or a folder beside
+the checkout; in a text or in a file's name.
 Where such a pointer carried a fact, the fact is written out instead (decisions live in
 docs/decisions/). Links to public trackers stay allowed: GitHub URLs and `owner/repo#N`.
 """
@@ -22,7 +23,11 @@ POINTER = re.compile("|".join([
     "refer" + r"ence/[a-z-]+\.md",
     r"\b[Ii]ss" + r"ues? #?[0-9]+\b",
     r"\b[Rr]efer" + r"ence ([a-z-]+\.md )?§",  # a section of an outside reference file
+    r"\b[Ii]te" + r"ms? #?[0-9]+\b",
 ]))
+# In a file's name the words run into the number (bench_issue17.py, fix-item-3.md): a name is
+# checked with both patterns.
+NAME_POINTER = re.compile(r"(?<![a-z])(iss" + r"ues?|ite" + r"ms?)[-_ ]?#?[0-9]+", re.IGNORECASE)
 # Public links are fine: any URL, and GitHub's owner/repo#N shorthand.
 ALLOWED = re.compile(r"https?://\S+|\b[\w.-]+/[\w.-]+#[0-9]+\b")
 
@@ -56,6 +61,28 @@ def test_the_pattern_finds_each_kind_and_spares_public_links() -> None:
     assert pointers_in("(refer" + "ence §5.3)") == ["refer" + "ence §"]
     assert pointers_in("NVIDIA/dcgm-exporter#594 and https://github.com/o/r/issues/12") == []
     assert pointers_in("an issue with 3 GPUs; tissue 4") == []
+    assert pointers_in("as awsemf does (" + "ite" + "m 3)") == ["ite" + "m 3"]
+    assert pointers_in("each item in 3 lists; items of a list") == []
+
+
+def name_pointers(path: str) -> list[str]:
+    """Each pointer in a file's path inside the repository."""
+    return pointers_in(path) + [m.group(0) for m in NAME_POINTER.finditer(path)]
+
+
+def test_the_name_pattern_finds_numbers_run_into_the_words() -> None:
+    assert name_pointers("bench/h200_" + "iss" + "ue17.py") == ["iss" + "ue17"]
+    assert name_pointers("bench/results/h200-" + "Iss" + "ue-9-2026.json") == ["Iss" + "ue-9"]
+    assert name_pointers("docs/fix-" + "ite" + "m_3.md") == ["ite" + "m_3"]
+    assert name_pointers("tests/tissue12/systems3.py") == []
+    assert name_pointers("bench/results/h200-lost-gpus-2026-12-03.json") == []
+
+
+def test_no_pointer_in_a_file_name() -> None:
+    found = [hit for path in _files() for hit in
+             (f"{path.relative_to(ROOT)}: {p!r}" for p in name_pointers(str(path.relative_to(ROOT))))]
+    assert not found, "file names a clone cannot follow (name the file for what it holds):\n" + (
+        "\n".join(found))
 
 
 def test_no_pointer_outside_the_repository() -> None:
