@@ -71,6 +71,8 @@ class FakeKubeApi:
         self._service_watchers: list[queue.Queue[dict[str, Any] | None]] = []
         self.fail_services: int | None = None
         """An HTTP status every /api/v1/services request is answered with (403: no RBAC)."""
+        self.answer_all: tuple[int, bytes] | None = None
+        """(status, body) every request is answered with (an API server gone wrong)."""
         server = type("Server", (ThreadingHTTPServer,),
                       {"address_family": socket.AF_INET6 if ":" in bind else socket.AF_INET})
         self._server = server((bind, 0), self._handler())
@@ -168,6 +170,9 @@ class FakeKubeApi:
                 qs = parse_qs(url.query)
                 api.requests.append({"path": [url.path], **qs})
                 api.auth.append(self.headers.get("Authorization") or "")
+                if api.answer_all is not None:
+                    self._raw(*api.answer_all)
+                    return
                 if api.tokens is not None and \
                         self.headers.get("Authorization", "").removeprefix("Bearer ") not in api.tokens:
                     if api.on_unauthorized is not None:
@@ -277,7 +282,9 @@ class FakeKubeApi:
                                  "metadata": {"namespace": ns, "name": name}, "data": data})
 
             def _json(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
+                self._raw(code, json.dumps(body).encode())
+
+            def _raw(self, code: int, data: bytes) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -119,11 +119,11 @@ class Reflector(Generic[T]):
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        backoff = 1.0
+        first = backoff = min(1.0, self._max_backoff)
         try:
             while not self._stop.is_set():
                 if self.step():
-                    backoff = 1.0
+                    backoff = first
                     continue
                 self._synced.set()  # a failure ends the wait for the first list too
                 if self.api.status.startswith("unavailable"):
