@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -88,7 +87,8 @@ def test_pod_watch_resumes_after_the_api_server_was_gone(api: FakeKubeApi) -> No
     api.put(pod("u1", "ml", "a"))
     host, port = api.url.removeprefix("http://").split(":")
     relay = Relay((host, int(port))).up()
-    w = PodWatcher("n1", configuration=KubeConfig(host=f"http://127.0.0.1:{relay.port}"))
+    w = PodWatcher("n1", configuration=KubeConfig(host=f"http://127.0.0.1:{relay.port}"),
+                   max_backoff_seconds=0.2)
     w.start()
     try:
         wait_for(lambda: set(w.index.by_uid) == {"u1"})
@@ -98,8 +98,10 @@ def test_pod_watch_resumes_after_the_api_server_was_gone(api: FakeKubeApi) -> No
         api.put(pod("u2", "ml", "b"))
         wait_for(lambda: w.errors >= 2, timeout=20)
         assert set(w.index.by_uid) <= {"u1"}  # nothing invented while blind
-        time.sleep(1.0)  # let a few retries happen; their threads must not pile up
-        assert threading.active_count() <= threads_before + 4  # the relay's own pipes included
+        failed = w.errors
+        wait_for(lambda: w.errors >= failed + 5, what="five more refused attempts")
+        # the retries' threads (deadline timers) did not pile up; the relay's own pipes included
+        assert threading.active_count() <= threads_before + 4
         relay.up()
         wait_for(lambda: set(w.index.by_uid) == {"u2"}, timeout=30)
         assert len(w.index.by_uid) == 1  # the deleted pod did not linger
