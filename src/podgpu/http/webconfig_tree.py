@@ -8,6 +8,7 @@ secret (inline keys, password hashes) are described, never printed.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 from typing import Any
@@ -25,6 +26,9 @@ from podgpu.http.webconfig_model import (
 )
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_UNSENDABLE = re.compile(r"[^\x20-\x7e]")
+"""What a response header value from the file cannot hold: anything but printable ASCII and
+space (RFC 9110 section 5.5 allows tab too; the toolkit's values never need one)."""
 _BCRYPT = re.compile(r"\$2[abxy]?\$(?P<cost>\d\d)\$[./A-Za-z0-9]{53}")
 
 
@@ -55,8 +59,9 @@ class TreeParser:
                 raise self.fail(k, key or "top level", "keys must be plain strings")
             name = str(k.value)
             if _CONTROL.search(name) or "\n" in name or "\r" in name:
-                raise self.fail(k, key or "top level", "a key with control characters")
-            where = f"{key}.{name}" if key else name
+                shown = "a key" if key == "basic_auth_users" else f"the key {_shown(name)}"
+                raise self.fail(k, key or "top level", f"{shown} has control characters")
+            where = f"{key}.{_shown(name)}" if key else _shown(name)
             if allowed is not None and name not in allowed:
                 raise self.fail(k, where, f"unknown key (allowed: {', '.join(allowed)})")
             if name in out:
@@ -221,7 +226,7 @@ class TreeParser:
         if "headers" in m:
             hm = self.mapping(m["headers"], "http_server_config.headers", None)
             for name, vnode in hm.items():
-                where = f"http_server_config.headers.{name}"
+                where = f"http_server_config.headers.{_shown(name)}"
                 if name not in ALLOWED_HEADERS:
                     raise self.fail(vnode, where, f"this header cannot be configured (allowed: "
                                     f"{', '.join(ALLOWED_HEADERS)})")
@@ -230,8 +235,11 @@ class TreeParser:
                 if value and allowed is not None and value not in allowed:
                     raise self.fail(vnode, where,
                                     f"{value!r} is not one of {', '.join(allowed)}")
-                if any(ch in value for ch in "\r\n\t"):
-                    raise self.fail(vnode, where, "control characters are not allowed")
+                bad = _UNSENDABLE.search(value)
+                if bad is not None:  # the listener writes heads in ASCII, as the toolkit's do
+                    raise self.fail(vnode, where, f"character {_shown(bad.group())} (position "
+                                    f"{bad.start() + 1}) cannot be sent in a response header: "
+                                    "printable ASCII and spaces only")
                 if value:  # blank means unset, as in the toolkit
                     headers.append((name, value))
         return http2, tuple(headers)
@@ -281,6 +289,14 @@ class TreeParser:
 def _yaml() -> Any:
     """PyYAML (untyped, so imported as Any); only this module and scenarios parse YAML."""
     return importlib.import_module("yaml")
+
+
+def _shown(text: str) -> str:
+    """`text` as it is when it is printable ASCII without blanks at its ends, else JSON-quoted,
+    so a message stays one readable line (U+2028 is a line break to `str.splitlines`)."""
+    if text.isascii() and text.isprintable() and text.strip() == text:
+        return text
+    return json.dumps(text)
 
 
 def _is_null(node: Any) -> bool:

@@ -148,6 +148,38 @@ def test_errors_name_file_line_and_key(text: str, line: int, expected: str) -> N
     assert expected in msg, msg
 
 
+# Header values the listener cannot send as written (it writes the head in ASCII; a CR or LF
+# would split it, RFC 9110 section 5.5 allows no control character but tab), each given as a YAML
+# escape in a double-quoted scalar, which the file-level control-character check cannot see.
+@pytest.mark.parametrize(("escaped", "named"), [
+    ("\\r", '"\\r" (position 2)'), ("\\n", '"\\n" (position 2)'), ("\\0", "control characters"),
+    ("\\t", '"\\t" (position 2)'), ("\\u2028", '"\\u2028" (position 2)'),
+    ("\\u00e9", '"\\u00e9" (position 2)'), ("\\u263a", '"\\u263a" (position 2)'),
+])
+def test_a_header_value_that_cannot_be_sent_is_refused_naming_it(escaped: str, named: str) -> None:
+    msg = error(f'http_server_config:\n  headers:\n    Content-Security-Policy: "a{escaped}b"\n')
+    assert msg.startswith(f"{PATH}:3: http_server_config.headers.Content-Security-Policy: "), msg
+    assert named in msg, msg
+    assert len(msg.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("key", "shown"), [
+    ('"X-Frame-Options\\r\\nX-Evil: 1"', 'the key "X-Frame-Options\\r\\nX-Evil: 1" has control'),
+    ('"X-Frame-Options\\u2028"', 'headers."X-Frame-Options\\u2028": this header cannot'),
+    ('"X-Frame-Options "', 'headers."X-Frame-Options ": this header cannot'),
+])
+def test_a_header_name_that_cannot_be_sent_is_refused_naming_it(key: str, shown: str) -> None:
+    msg = error(f"http_server_config:\n  headers:\n    {key}: deny\n")
+    assert msg.startswith(f"{PATH}:3: "), msg
+    assert shown in msg, msg
+    assert len(msg.splitlines()) == 1
+
+
+def test_a_user_name_with_control_characters_is_not_shown() -> None:
+    msg = error(f'basic_auth_users:\n  "al\\rice": {HASH}\n')
+    assert "a key has control characters" in msg and "al" not in msg.split(": ", 2)[2]
+
+
 def test_secrets_never_appear_in_messages() -> None:
     secret_key = "-----BEGIN PRIVATE KEY-----\\nMIIsecretsecret\\n"
     msg = error(f'tls_server_config:\n  cert_file: a\n  key: "{secret_key}"\n  key_file: b\n')
