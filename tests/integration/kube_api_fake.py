@@ -119,6 +119,11 @@ class FakeKubeApi:
             self._emit("ERROR", {"kind": "Status", "code": 410, "reason": "Expired",
                                  "message": "too old resource version"})
 
+    def watch_error(self, code: int, message: str) -> None:
+        """An ERROR event with a Status other than 410 on the open pod watches."""
+        with self.lock:
+            self._emit("ERROR", {"kind": "Status", "code": code, "message": message})
+
     def bookmark(self) -> None:
         """A BOOKMARK event at a new resourceVersion (no object changed), as the API server
         sends to watches that asked for allowWatchBookmarks."""

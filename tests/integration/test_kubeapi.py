@@ -226,3 +226,24 @@ def test_a_silent_watch_is_cut_at_its_read_timeout_and_reopened(api: FakeKubeApi
     finally:
         api.silent_watches = False
         w.close()
+
+
+def test_an_error_event_is_a_failed_watch_with_its_message_cut(
+        api: FakeKubeApi, tmp_path: Path) -> None:
+    """An ERROR event that is not 410 ends the watch as a failure: counted, its Status message
+    the reason (the reason is cut to 300 characters), and the pods listed again."""
+    api.put(pod("u1", "ml", "a"))
+    w = watcher(api, sa_dir(tmp_path) / "token")
+    w.start()
+    try:
+        wait_for(lambda: any(r.get("watch") == ["true"] for r in api.requests))
+        api.watch_error(500, "etcd is sad " + "x" * 1000)
+        wait_for(lambda: w.errors == 1)
+        assert w.reason == ("RuntimeError: watch error: etcd is sad " + "x" * 1000)[:300]
+        assert str(w.health()["status"]).startswith("failing: RuntimeError: watch error")
+        api.put(pod("u2", "ml", "b"))
+        wait_for(lambda: set(w.index.by_uid) == {"u1", "u2"})
+        assert len(api.list_requests()) == 2
+        wait_for(lambda: w.health()["status"] == "ok")
+    finally:
+        w.close()
