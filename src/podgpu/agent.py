@@ -87,18 +87,15 @@ def main(argv: Sequence[str]) -> int:
 
 def build_agent(settings: ServeSettings) -> Agent:
     """Every part from its settings; ConfigError (exit 2) for bad input, nothing started."""
+    from podgpu.fields.metriclist import empty_list_warning
     from podgpu.sinks.prometheus.labels import LabelOptions
 
     for w in settings.warnings:
         log.warning("%s", w)
-    from podgpu.fields.metriclist import empty_list_warning
-
     metrics = load_metrics(settings.collect)
-    for w in metrics.warnings:
-        log.warning("%s", w)
-    empty = empty_list_warning(metrics)  # dcgm-exporter starts on such a list
-    if empty is not None:
-        log.warning("%s", empty)
+    for note in (*metrics.warnings, empty_list_warning(metrics)):  # dcgm-exporter starts on an empty list
+        if note is not None:
+            log.warning("%s", note)
     k = settings.kubernetes
     label_opts = LabelOptions(
         hostname=settings.output.hostname,
