@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from podgpu.attribution.kubeapi import MAX_LINE_BYTES, AnswerTooLarge, Connection, KubeConfig
+from podgpu.attribution.kubeapi import MAX_LINE_BYTES, Connection, KubeConfig
 from podgpu.attribution.podstore import MAX_PODS, PodStore
 from podgpu.attribution.podwatch import PODS_PATH, PodInfo, PodWatcher
 from podgpu.attribution.reflector import LIST_PAGE as LIST_PAGE_PODS
 from podgpu.attribution.reflector import MAX_LIST_PAGE_BYTES
+from podgpu.peers.capped import OverCap
 from tests.hostile_peers import hostile_peers
 from tests.integration.kube_api_fake import FakeKubeApi, pod
 from tests.integration.kubelet_fake import wait_for
@@ -43,7 +44,7 @@ def test_an_endless_pod_list_ends_at_the_page_cap() -> None:
         conn = Connection(KubeConfig(peers.url("")))
         tracemalloc.start()
         try:
-            with pytest.raises(AnswerTooLarge, match=f"over the {MAX_LIST_PAGE_BYTES}-byte"):
+            with pytest.raises(OverCap, match=f"over the {MAX_LIST_PAGE_BYTES}-byte"):
                 conn.get_json(PODS_PATH, {"limit": "100"}, timeout=60,
                               max_bytes=MAX_LIST_PAGE_BYTES)
             peak = tracemalloc.get_traced_memory()[1]

@@ -22,9 +22,7 @@ import contextlib
 import http.client
 import json
 import logging
-import socket
 import ssl
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,8 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from podgpu.files import FileReadError, read_text
+from podgpu.peers.capped import read_capped
+from podgpu.peers.deadline import Deadline, shut_down
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +45,6 @@ MAX_LINE_BYTES = 2 * 1024 * 1024
 (its default `--max-request-bytes`), so no stored object is bigger; an event wraps one object."""
 MAX_TOKEN_BYTES = 64 * 1024
 """Of the service-account token file read (a bound token is about 1 KiB)."""
-READ_CHUNK = 64 * 1024
-
-
-class AnswerTooLarge(ValueError):
-    """An answer over its byte cap: the connection is closed, the rest never read."""
 
 
 class KubeApiError(Exception):
@@ -168,12 +163,13 @@ class Connection:
     def get_json(self, path: str, query: Mapping[str, str] | None = None, *,
                  timeout: float, max_bytes: int = MAX_LINE_BYTES) -> dict[str, Any]:
         """GET and decode a JSON object of at most `max_bytes` (by default one object's largest
-        size, MAX_LINE_BYTES), all of it within `timeout`
-        (a watchdog shuts the socket down then, so a trickled body cannot hold the call).
-        Raises AnswerTooLarge past the cap."""
+        size, MAX_LINE_BYTES), all of it within `timeout` (the socket is shut down then, so a
+        trickled body cannot hold the call). Raises peers.capped.OverCap past the cap (the
+        connection is closed, the rest never read)."""
         try:
             with self.deadline(timeout), self.open(path, query, timeout=timeout) as resp:
-                data = read_capped(resp, max_bytes)
+                data = read_capped(resp.read1, max_bytes,
+                                   length=resp.getheader("Content-Length"))
             body = json.loads(data)
             del data
         except BaseException:
@@ -220,28 +216,20 @@ class Connection:
 
     @contextlib.contextmanager
     def deadline(self, seconds: float) -> Iterator[None]:
-        """Shut this connection's socket down if the block is still running after `seconds`,
-        which wakes a read blocked on it (a socket timeout alone bounds each read only); the
-        block then raises TimeoutError, even when the shutdown looked like a clean end."""
-        fired = threading.Event()
-
-        def fire() -> None:
-            fired.set()
-            self.interrupt()
-
-        dog = threading.Timer(seconds, fire)
-        dog.daemon = True
-        dog.start()
-        try:
-            yield
-        except Exception:
-            if fired.is_set():
-                raise TimeoutError(f"no complete answer within {seconds:g} s") from None
-            raise
-        finally:
-            dog.cancel()
-        if fired.is_set():
-            raise TimeoutError(f"no complete answer within {seconds:g} s")
+        """The block's deadline (podgpu.peers.deadline): after `seconds` this connection's socket
+        is shut down, which wakes a read blocked on it (a socket timeout alone bounds each read
+        only); the block then raises TimeoutError, even when the shutdown looked like a clean
+        end."""
+        with Deadline(seconds) as deadline:
+            deadline.watch(self.interrupt)  # whichever socket the connection has by then
+            try:
+                yield
+            except Exception:
+                if deadline.expired:
+                    raise TimeoutError(deadline.message) from None
+                raise
+            if deadline.expired:
+                raise TimeoutError(deadline.message)
 
     def interrupt(self) -> None:
         """Unblock a thread reading from this connection (a watch): shut its socket down."""
@@ -249,8 +237,7 @@ class Connection:
         conn = self._conn
         sock = conn.sock if conn is not None else None
         if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+            shut_down(sock)
 
     def close(self) -> None:
         self._interrupted = False
@@ -258,21 +245,6 @@ class Connection:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
-
-
-def read_capped(resp: http.client.HTTPResponse, max_bytes: int) -> bytes:
-    """The body, read as it arrives; AnswerTooLarge once it passes `max_bytes` (a Content-Length
-    over the cap is refused before reading)."""
-    length = resp.getheader("Content-Length")
-    if length is not None and length.strip().isdigit() and int(length) > max_bytes:
-        raise AnswerTooLarge(f"an answer of {int(length)} bytes is over the {max_bytes}-byte "
-                             "limit")
-    body = bytearray()
-    while chunk := resp.read1(min(READ_CHUNK, max_bytes + 1 - len(body))):
-        body += chunk
-        if len(body) > max_bytes:
-            raise AnswerTooLarge(f"an answer over the {max_bytes}-byte limit")
-    return bytes(body)
 
 
 def lines(resp: http.client.HTTPResponse, max_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
