@@ -26,7 +26,8 @@ aws/amazon-cloudwatch-agent-test test/metric_value_benchmark/eks_resources/test_
   Timestamp, Type, Version, Sources, kubernetes, UUID; pod: the same without ContainerName;
   node: ClusterName, GpuDevice, InstanceId, InstanceType, NodeName, Timestamp, Type, Version,
   Sources, kubernetes, and no UUID. Only the allow-listed keys survive the agent's filter.
-- `Sources` a JSON array, `kubernetes` a JSON object with the level's sub-keys only.
+- `Sources` the JSON array the decorator tags the Type with; `kubernetes` a JSON object with
+  only the sub-keys the decorator writes and the filter keeps (no `namespace`).
 - High-frequency form of a value: {"Values": [...], "Counts": [...], "Max", "Min", "Count", "Sum"}.
 
 Run as a script on a stream of events (`podgpu serve ... --emf-destination stdout | python
@@ -74,11 +75,28 @@ ALLOWED = {
     "NodeGPU": set(COMMON),
 }
 K8S_KEYS = {
-    "ContainerGPU": {"host", "labels", "pod_id", "pod_name", "pod_owners", "namespace",
-                     "container_name", "containerd"},
-    "PodGPU": {"host", "labels", "pod_id", "pod_name", "pod_owners", "namespace"},
+    "ContainerGPU": {"host", "labels", "pod_id", "pod_name", "pod_owners", "container_name",
+                     "containerd"},
+    "PodGPU": {"host", "labels", "pod_id", "pod_name", "pod_owners"},
     "NodeGPU": {"host"},
 }
+"""The `kubernetes` keys a GPU event can carry: those the gpuattributes filter keeps
+(plugins/processors/gpuattributes/internal/metricFilters/gpumetricfilters.go @ab55b8d) that the
+decorator writes (receiver/awscontainerinsightreceiver/internal/stores/utils.go
+AddKubernetesInfo, opentelemetry-collector-contrib fork @8e059f1): the filter keeps `namespace`,
+the decorator writes `namespace_name`, so neither is ever in a GPU event."""
+SOURCES = {
+    "ContainerGPU": ["dcgm", "pod", "calculated"], "PodGPU": ["dcgm", "pod", "calculated"],
+    "NodeGPU": ["dcgm", "pod", "calculated"], "Pod": ["cadvisor", "pod", "calculated"],
+    "Node": ["cadvisor", "/proc", "pod", "calculated"],
+}
+"""`Sources` per Type (stores/utils.go tagMetricSourceLinux @8e059f1): the DCGM series are
+tagged as ContainerGPU before the agent copies them to the pod and node levels, so the three GPU
+levels carry the same list."""
+CAPACITY_K8S_KEYS = {"Pod": {"host", "labels", "namespace_name", "pod_id", "pod_name",
+                             "pod_owners", "service_name"},
+                     "Node": {"host"}}
+"""The `kubernetes` keys of `Type: Pod` / `Type: Node` events (AddKubernetesInfo; no filter)."""
 DIST_KEYS = {"Values", "Counts", "Max", "Min", "Count", "Sum"}
 
 # The GPU capacity metrics ride in the add-on's `Type: Pod` and `Type: Node` events, declared
@@ -103,6 +121,16 @@ def check_capacity(ev: dict[str, Any]) -> list[str]:
     """A `Type: Pod` / `Type: Node` event with GPU capacity metrics."""
     spec = CAPACITY[ev["Type"]]
     errs = [f"missing {k}" for k in spec["required"] if k not in ev]
+    if ev.get("Sources") != SOURCES[ev["Type"]]:
+        errs.append(f"Sources {ev.get('Sources')} != {SOURCES[ev['Type']]}")
+    k8s = ev.get("kubernetes")
+    if not isinstance(k8s, dict) or "host" not in k8s:
+        errs.append("kubernetes is not a JSON object with host")
+    elif set(k8s) - CAPACITY_K8S_KEYS[ev["Type"]]:
+        errs.append(f"kubernetes keys the agent never writes: "
+                    f"{sorted(set(k8s) - CAPACITY_K8S_KEYS[ev['Type']])}")
+    elif ("service_name" in k8s) != ("Service" in ev):
+        errs.append("kubernetes.service_name and Service disagree")
     if ev.get("Version") != "0" or not str(ev.get("Timestamp", "")).isdigit():
         errs.append("not EMF v0 (Version '0', Timestamp a string of milliseconds)")
     cwm = ev.get("CloudWatchMetrics") or [{}]
@@ -178,13 +206,13 @@ def check_event(ev: dict[str, Any]) -> list[str]:
     for k in ALLOWED[t] - {"Sources", "kubernetes", "CloudWatchMetrics"}:
         if k in ev and not isinstance(ev[k], str):
             errs.append(f"{k} is not a string")
-    if not (isinstance(ev.get("Sources"), list) and ev["Sources"]):
-        errs.append("Sources is not a JSON array")
+    if ev.get("Sources") != SOURCES[t]:
+        errs.append(f"Sources {ev.get('Sources')} != {SOURCES[t]}")
     k8s = ev.get("kubernetes")
     if not isinstance(k8s, dict) or "host" not in k8s:
         errs.append("kubernetes is not a JSON object with host")
     elif set(k8s) - K8S_KEYS[t]:
-        errs.append(f"kubernetes keys the filter removes: {sorted(set(k8s) - K8S_KEYS[t])}")
+        errs.append(f"kubernetes keys the agent never writes: {sorted(set(k8s) - K8S_KEYS[t])}")
     cwm = ev.get("CloudWatchMetrics")
     if not (isinstance(cwm, list) and len(cwm) == 1 and isinstance(cwm[0], dict)):
         return [f"{where}: {e}" for e in [*errs, "CloudWatchMetrics is not one directive"]]

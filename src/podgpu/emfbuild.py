@@ -79,7 +79,7 @@ def _with_insights(settings: EmfSettings, *, node: str,
                                    create_log_group=settings.create_log_group, insights=route)
     queue = EventQueue(settings.queue_bytes, settings.spool_dir)
     return (EmfSink(source, encoder, queue, destination, interval=settings.interval),
-            settings.cluster_name)
+            settings.cluster_name)  # sampled by the series source (_insights_parts)
 
 
 def _insights_parts(settings: EmfSettings, cluster: str, node: str,
@@ -100,10 +100,12 @@ def _insights_parts(settings: EmfSettings, cluster: str, node: str,
         raise ConfigError("--emf-container-insights needs the node name (NODE_NAME from the "
                           "downward API): it is the NodeName and the log stream")
     group = log_group_for(INSIGHTS_LOG_GROUP, cluster, node)
-    log.info("EMF Container Insights: GPU events every %g s (log group %s, stream %s)",
-             settings.interval, group, node)
+    log.info("EMF Container Insights: GPU events every %g s, %s (log group %s, stream %s)",
+             settings.interval, "every sample" if settings.sample_interval == 0 else
+             f"one sample per {settings.sample_interval or settings.interval:g} s", group, node)
+    every = settings.interval if settings.sample_interval is None else settings.sample_interval
     return (CombinedEncoder(None, InsightsEncoder(storage_resolution=settings.storage_resolution)),
-            CombinedSeries(None, insights(cluster)), (group, node))
+            CombinedSeries(None, insights(cluster), every), (group, node))
 
 
 def _build(settings: EmfSettings, *, node: str,
@@ -174,4 +176,4 @@ def _build(settings: EmfSettings, *, node: str,
     log.info("%s: %s every %g s to %s (log group %s, stream %s), namespace %s", what,
              config.path, settings.interval, target, group, stream, config.namespace)
     return EmfSink(source, sink_encoder, queue, destination, interval=settings.interval,
-                   sample_every=settings.sample_interval), cluster
+                   sample_every=settings.sample_interval or 0.0), cluster

@@ -141,9 +141,10 @@ class EmfSettings:
     """--emf-service: the Service in front of podgpu (the agent's `Service`)."""
     service_labels: tuple[tuple[str, str], ...] = ()
     """--emf-service-labels: that Service's labels, named as the agent's labelmap names them."""
-    sample_interval: float = 0.0
+    sample_interval: float | None = None
     """--emf-sample-interval: 0 keeps every collected sample; N keeps one per N s (the agent
-    path's statistics at a scrape interval of N)."""
+    path's statistics at a scrape interval of N), for every event; None (unset): Container
+    Insights one per `interval` (the add-on's default), the declarations every sample."""
     podgpu_series: str = "auto"
     """--emf-podgpu-series: offer podgpu's own per-pod and accounting series to the
     declarations: auto (when a metric_selectors pattern names `podgpu_`), true or false."""

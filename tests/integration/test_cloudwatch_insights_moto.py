@@ -4,9 +4,11 @@ CloudWatch Logs emulator (moto in server mode): the events CloudWatch stores in
 contract as restated in tests/ci_contract.py (names, units, scaling, dimension sets per level,
 required fields per Type, the v0 shape, one NodeGPU per GPU and interval), on a simulated node
 with every case: an exclusive GPU, a time-sliced GPU shared 70/30 by two pods, a MIG GPU with two
-held instances, a two-GPU pod and an idle GPU. Their values are the ones each published cycle
-shows (the snapshot `/metrics` is rendered from, read back at /api/v1/snapshot by its
-`taken_at`), and the declarations' events stay in their own log group. The node runs as in a
+held instances, a two-GPU pod and an idle GPU. At the default sample interval each event holds one
+sample per interval, as the add-on's default (one scrape a minute), and it is the first published
+cycle of the interval (the snapshot `/metrics` is rendered from, read back at /api/v1/snapshot by
+its `taken_at`); the holders of the shared and the MIG GPU add up to the GPU's node event; the
+declarations' events stay in their own log group. The node runs as in a
 pod (its service account and the API stand-in over TLS), whose Services select one pod:
 that pod's events carry `Service` and the pod level its `[ClusterName, Namespace, Service]`
 set, the others neither."""
@@ -105,13 +107,22 @@ def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url:
     for ts in stamps:
         now = [e for e in events if e["Timestamp"] == ts]
         assert sorted(e["GpuDevice"] for e in now if e["Type"] == "NodeGPU") == [
-            "nvidia0", "nvidia1", "nvidia2-mig1", "nvidia2-mig2", "nvidia3", "nvidia4",
-            "nvidia5"]
+            "nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidia4", "nvidia5"]
         holders = {(e["GpuDevice"], e["FullPodName"]) for e in now if e["Type"] == "PodGPU"}
         assert holders == {("nvidia0", "train-0"), ("nvidia1", "infer-a"),
-                           ("nvidia1", "infer-b"), ("nvidia2-mig1", "mig-a"),
-                           ("nvidia2-mig2", "mig-b"), ("nvidia3", "wide-0"),
-                           ("nvidia4", "wide-0")}
+                           ("nvidia1", "infer-b"), ("nvidia2", "mig-a"), ("nvidia2", "mig-b"),
+                           ("nvidia3", "wide-0"), ("nvidia4", "wide-0")}
+        # one sample per interval: plain numbers, never the high-frequency form
+        assert all(not isinstance(v, dict) for e in now for k, v in e.items()
+                   if "_gpu_" in k), ts
+        # the holders of the time-sliced and of the MIG GPU add up to the GPU
+        for dev, pods in (("nvidia1", ("infer-a", "infer-b")), ("nvidia2", ("mig-a", "mig-b"))):
+            node = next(e for e in now if e["Type"] == "NodeGPU" and e["GpuDevice"] == dev)
+            got = [next(e for e in now if e["Type"] == "PodGPU" and e["GpuDevice"] == dev
+                        and e["FullPodName"] == p) for p in pods]
+            for k in ("power_draw", "memory_used", "memory_total", "utilization"):
+                assert sum(e[f"pod_gpu_{k}"] for e in got) == pytest.approx(
+                    node[f"node_gpu_{k}"], rel=1e-4, abs=0.01), (ts, dev, k)
         assert all(e["InstanceType"] == "p5.48xlarge" and e["NodeName"] == NODE for e in now)
         # Service: on the selected pod's container, pod and Type: Pod events, the dimension
         # set on its pod level only; neither on any other pod's
@@ -131,33 +142,30 @@ def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url:
             "train-0", "infer-a", "infer-b", "wide-0"}
         (cap,) = [e for e in now if e["Type"] == "Node"]
         assert (cap["node_gpu_limit"], cap["node_gpu_usage_total"]) == (6, 5)
-    # Values: each observed cycle's reading is among its interval's samples.
+    # Values: the interval's one sample is its first cycle's (cycles 0.5 s apart).
     index = {(e["Timestamp"], e["Type"], e["GpuDevice"], e.get("FullPodName", "")): e
              for e in events if "GpuDevice" in e}
     checked = 0
     for taken_at, view in seen.items():
         ts = str(int(taken_at // INTERVAL * INTERVAL * 1000))
-        if ts not in stamps:
+        if ts not in stamps or taken_at - taken_at // INTERVAL * INTERVAL >= 0.5:
             continue
         for d in view["devices"]:
-            gi = (d["mig"] or {}).get("gi_id")
-            dev = d["device"] + (f"-mig{gi}" if gi else "")
+            if d["mig"]:
+                continue  # a MIG GPU's node event is its instances' together (unit tests)
             v = d["values"]
-            node = index[(ts, "NodeGPU", dev, "")]
-            util = v["DCGM_FI_DEV_GPU_UTIL"] if not gi else round(
-                v["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] * 100, 3)
-            assert util in values(node["node_gpu_utilization"]), (dev, taken_at)
-            assert v["DCGM_FI_DEV_FB_USED"] * MIB in values(node["node_gpu_memory_used"])
-            assert v["DCGM_FI_DEV_GPU_TEMP"] in values(node["node_gpu_temperature"])
+            node = index[(ts, "NodeGPU", d["device"], "")]
+            assert node["node_gpu_utilization"] == v["DCGM_FI_DEV_GPU_UTIL"], (d, taken_at)
+            assert node["node_gpu_memory_used"] == v["DCGM_FI_DEV_FB_USED"] * MIB
+            assert node["node_gpu_temperature"] == v["DCGM_FI_DEV_GPU_TEMP"]
             checked += 1
         for p in view["pods"]:
             if p["pod"] in ("infer-a", "infer-b"):  # the time-sliced GPU: each its own share
                 c = index[(ts, "ContainerGPU", "nvidia1", p["pod"])]
-                assert round(p["utilization_ratio"] * 100, 3) in values(
-                    c["container_gpu_utilization"])
-                assert p["memory_used_bytes"] in values(c["container_gpu_memory_used"])
+                assert c["container_gpu_utilization"] == round(p["utilization_ratio"] * 100, 3)
+                assert c["container_gpu_memory_used"] == p["memory_used_bytes"]
                 checked += 1
-    assert checked >= 20, (checked, summary)
+    assert checked >= 5, (checked, summary)
 
 
 def values(v: Any) -> list[float]:

@@ -135,7 +135,7 @@ def advance(state: State, prev: Snapshot | None, cur: Snapshot,
             continue
         gpu = energy.pop(gpu_uuid, None)
         joules = 0.0 if gpu is None else gpu[1]
-        weights = _weights(rates)
+        weights = holder_weights(rates)
         for i, (key, (alloc, used, mem, dev, ref)) in enumerate(rates):
             e = get(key)
             a = alloc * dt
@@ -162,8 +162,9 @@ def advance(state: State, prev: Snapshot | None, cur: Snapshot,
     return State(MappingProxyType(entries), unattributed, skipped, pruned_at)
 
 
-def _weights(rates: list[tuple[HolderKey, Rate]]) -> list[float]:
-    """Each holder's part of its GPU's energy this interval: its used share when every holder's
+def holder_weights(rates: list[tuple[HolderKey, Rate]]) -> list[float]:
+    """Each holder's part of its GPU's energy this interval (and of its power in the Container
+    Insights events, sinks/cloudwatch/insights_shares.py): its used share when every holder's
     use is known and something was used, else its allocated share."""
     total = 0.0
     for _, r in rates:

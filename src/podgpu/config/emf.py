@@ -54,12 +54,13 @@ EMF_OPTIONS: tuple[Option, ...] = (
            "oldest events are dropped and counted", v.size, metavar="SIZE", shown="8M"),
     Option(("--emf-spool-dir",), "emf.spool_dir", "PODGPU_EMF_SPOOL_DIR", None,
            "keep unsent events in this directory too, so they survive a restart", metavar="DIR"),
-    Option(("--emf-sample-interval",), "emf.sample_interval", "PODGPU_EMF_SAMPLE_INTERVAL", 0.0,
-           "0: every collected sample goes into the interval's distributions; N: one sample per "
-           "N seconds and counters as one delta per sample, the CloudWatch agent path's "
-           "statistics at a scrape interval of N (docs/cloudwatch.md)",
-           v.seconds_between(0.0, v.MAX_EMF_INTERVAL), metavar="SECONDS", shown="0 (every "
-           "sample)"),
+    Option(("--emf-sample-interval",), "emf.sample_interval", "PODGPU_EMF_SAMPLE_INTERVAL", None,
+           "N: one sample per N seconds into every EMF event, declarations and Container "
+           "Insights alike, and counters as one delta per sample (a scrape every N s; N = "
+           "--emf-interval: one value per event); 0: every collected sample (the add-on's "
+           "high-frequency mode). Unset: Container Insights one sample per --emf-interval, as "
+           "the add-on's default, declarations every sample (docs/cloudwatch.md)",
+           v.seconds_between(0.0, v.MAX_EMF_INTERVAL), metavar="SECONDS", shown="unset"),
     Option(("--emf-identity",), "emf.identity", "PODGPU_EMF_IDENTITY", "agent",
            "agent: namespace, names, dimensions and units as the CloudWatch agent path has them "
            "(for serve: Namespace = podgpu's namespace); workload: Namespace = the workload's namespace, "

@@ -6,16 +6,14 @@ the GPU, each with the same seven readings renamed `<level>_gpu_<x>` (docs/cloud
 "Container Insights"). This module makes those series from podgpu's snapshot; insights_encode.py
 writes them as the add-on's EMF v0 events into their own log group.
 
-Where the add-on is wrong podgpu is right (docs/cloudwatch.md has the table):
-- a time-sliced or MPS GPU: every holder gets its own container and pod events with its own
-  share (its processes' SM utilisation and memory, the numbers `/metrics` exports as
-  `podgpu_pod_gpu_utilization_ratio` and `podgpu_pod_gpu_memory_used_bytes`); readings of the
-  whole device that cannot be split (power, tensor-core activity) are left out of the shares,
-  quantities of the device (temperature, memory total) are copied;
-- a MIG instance is its own `GpuDevice` (`nvidia0-mig3`: the parent's device and the GPU
-  instance id) with its own readings; NVML has no GPU_UTIL per instance, so its utilisation is the
-  instance's graphics-engine activity (GPM) where the GPU has it;
-- a pod with several GPUs gets one event per GPU; a GPU without a pod the node event only.
+Where the add-on is wrong podgpu is right (docs/cloudwatch.md has the table): every holder of
+a time-sliced or MPS GPU and every MIG instance's holder gets its own container and pod events
+with its share of the GPU, by the rule podgpu's accounting uses, so the holders of a GPU add up
+to the GPU (insights_shares.py); a MIG GPU is one `GpuDevice`, named as the add-on names it
+(`nvidia2`), so per-GPU views and alarms carry over and node statistics count it once; a pod
+with several GPUs gets one event per GPU; a GPU without a pod the node event only. The
+`kubernetes` blob has the keys the agent's filter lets through and its decorator writes (no
+`namespace`: the decorator writes `namespace_name`, which the filter drops).
 
 `Service` (container, pod and `Type: Pod` events; the pod level's `[ClusterName, Namespace,
 Service]` set follows from it in the encoder) is the first Service by name selecting the pod,
@@ -36,7 +34,7 @@ from typing import Protocol
 from podgpu.attribution.nodeinfo import NodeObject
 from podgpu.attribution.podwatch import PodInfo
 from podgpu.attribution.workload import TERMINATED, workload_name
-from podgpu.model import Allocation, ContainerRef, Device, Snapshot
+from podgpu.model import ContainerRef, Device, Snapshot
 from podgpu.sinks.cloudwatch.insights_contract import (
     CAPACITY_SOURCES,
     CONTAINER,
@@ -52,11 +50,10 @@ from podgpu.sinks.cloudwatch.insights_contract import (
     device_readings,
     gpu_device,
     is_insights,
-    share_readings,
     with_insights_fields,
 )
+from podgpu.sinks.cloudwatch.insights_shares import add, by_gpu, gpu_readings, holders
 from podgpu.sinks.cloudwatch.series import GAUGE, Item, LabelKey
-from podgpu.sinks.prometheus.labels import holders_by_device
 
 __all__ = ["FixedNode", "InsightsBuilder", "InsightsOptions", "KeepsInsightsFields",
            "NoServices", "NodeSource", "ServiceSource", "device_readings", "is_insights",
@@ -154,57 +151,30 @@ class InsightsBuilder:
             self._services.start(2.0)
         node = self._node.current()
         pods_now = self._pods()
-        holders = holders_by_device(snapshot.allocations)
-        usage, known = _usage(snapshot)
-        first_instance: dict[str, int] = {}  # MIG: the GPU's power rides on its first instance
-        for sample in snapshot.samples:
-            gi = sample.device.mig_gi_id
-            if gi is not None and gi < first_instance.get(sample.device.uuid, 1 << 30):
-                first_instance[sample.device.uuid] = gi
-        for sample in snapshot.samples:
-            if sample.lost is not None:
+        cids = _container_ids(snapshot)
+        for samples in by_gpu(snapshot).values():
+            gpu_dev, gpu = gpu_readings(samples)
+            if not gpu:
                 continue
-            dev = sample.device
-            readings = device_readings(sample)
-            if not readings:
-                continue
-            if dev.is_mig and "power_draw" in readings:
-                # The whole GPU's power: once per GPU (its first instance's node event), never
-                # in a holder's events, so a sum over instances or pods counts it once.
-                held_readings = {k: v for k, v in readings.items() if k != "power_draw"}
-                node_readings = readings if first_instance.get(dev.uuid) == dev.mig_gi_id \
-                    else held_readings
-            else:
-                held_readings = node_readings = readings
-            yield self._key(NODE, dev, None, node), GAUGE, _items(NODE, node_readings)
-            readings = held_readings
-            held = holders.get(dev.key)
-            if not held:
-                continue
-            shared = len(held) > 1 or any(a.replica is not None for a in held)
+            yield self._key(NODE, gpu_dev, None, node), GAUGE, _items(NODE, gpu)
+            containers: dict[ContainerRef, dict[str, float]] = {}
             pods: dict[tuple[str, str], tuple[ContainerRef, dict[str, float]]] = {}
-            for a in _distinct_containers(held):
-                ref = a.container
-                util, mem, cid = usage.get((dev.key, ref.namespace, ref.pod, ref.container),
-                                           (0.0, 0, ""))
-                if shared:
-                    util_known, mem_known = known.get(dev.key, (True, True))
-                    own = share_readings(readings, util if util_known else None,
-                                         mem if mem_known else None)
+            for _, ref, own in holders(snapshot, samples, gpu):
+                if ref in containers:  # two instances of the GPU: one container, summed
+                    add(containers[ref], own)
                 else:
-                    own = readings
-                yield (self._key(CONTAINER, dev, ref, node, cid, pods_now), GAUGE,
-                       _items(CONTAINER, own))
+                    containers[ref] = dict(own)
                 pk = (ref.namespace, ref.pod)
-                if pk not in pods:
+                if pk in pods:  # a second container (or instance) of the pod on this GPU
+                    add(pods[pk][1], own)
+                else:
                     pods[pk] = (ref, dict(own))
-                elif shared:  # a second container of the pod on this GPU: the pod's is the sum
-                    acc = pods[pk][1]
-                    for k in ("utilization", "memory_used", "memory_utilization"):
-                        if k in own:
-                            acc[k] = acc.get(k, 0) + own[k]
-            for ref_full, values in pods.values():
-                yield self._key(POD, dev, ref_full, node, "", pods_now), GAUGE, _items(POD, values)
+            for ref, values in containers.items():
+                cid = cids.get((ref.namespace, ref.pod, ref.container), "")
+                yield (self._key(CONTAINER, gpu_dev, ref, node, cid, pods_now), GAUGE,
+                       _items(CONTAINER, values))
+            for ref, values in pods.values():
+                yield self._key(POD, gpu_dev, ref, node, "", pods_now), GAUGE, _items(POD, values)
         yield from self._capacity(node, pods_now)
 
     def _capacity(self, node: NodeObject, pods: Mapping[tuple[str, str], PodInfo]
@@ -247,13 +217,15 @@ class InsightsBuilder:
             o = self._opts
             labels = {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
                       "InstanceId": node.instance_id, "InstanceType": node.instance_type,
-                      "Type": level, "Version": VERSION, "Sources": CAPACITY_SOURCES}
+                      "Type": level, "Version": VERSION, "Sources": CAPACITY_SOURCES[level]}
             k8s: dict[str, object] = {"host": o.node_name}
             if info is not None:
                 name, owners = workload_name(info.name, info.owners, info.labels)
                 labels.update(Namespace=info.namespace, PodName=name, FullPodName=info.name,
                               Service=service)
                 k8s.update(namespace_name=info.namespace, pod_name=info.name)
+                if service:
+                    k8s["service_name"] = service
                 if info.uid:
                     k8s["pod_id"] = info.uid
                 if info.labels:
@@ -294,7 +266,6 @@ class InsightsBuilder:
             pod_labels = info.labels if info is not None and info.labels else ref.pod_labels
             if pod_labels:
                 k8s["labels"] = dict(pod_labels)
-            k8s["namespace"] = ref.namespace
             k8s["pod_name"] = ref.pod
             if owners:
                 k8s["pod_owners"] = [{"owner_kind": kind, "owner_name": name}
@@ -313,40 +284,12 @@ def _items(level: str, readings: dict[str, float]) -> list[Item]:
     return [(prefix + k, v) for k, v in readings.items()]
 
 
-Usage = dict[tuple[str, str, str, str], tuple[float, int, str]]
-
-
-def _usage(snapshot: Snapshot) -> tuple[Usage, dict[str, tuple[bool, bool]]]:
-    """(device key, namespace, pod, container) -> (SM utilisation ratio, memory bytes, container
-    id), summed over the container's processes: the numbers of `podgpu_pod_gpu_*` on /metrics.
-    Keyed by names (an allocation may lack the pod UID a process has). Also, per device,
-    whether holders' utilisation and memory are known: not when the GPU runs processes none of
-    which is attributed to a pod (no hostPID, say), nor utilisation when NVML gives no
-    per-process sample for any of them; a holder without processes on a GPU whose others are
-    attributed uses 0."""
-    out: Usage = {}
-    seen: dict[str, list[bool]] = {}  # device -> [any attributed, any utilisation sample]
+def _container_ids(snapshot: Snapshot) -> dict[tuple[str, str, str], str]:
+    """(namespace, pod, container) -> its container id, from its GPU processes (the
+    `kubernetes.containerd.container_id` of its container events)."""
+    out: dict[tuple[str, str, str], str] = {}
     for p in snapshot.processes:
-        flags = seen.setdefault(p.device_key, [False, False])
         c = p.container
-        if c is None:
-            continue
-        flags[0] = True
-        flags[1] = flags[1] or p.sm_util_percent is not None
-        k = (p.device_key, c.namespace, c.pod, c.container)
-        util, mem, cid = out.get(k, (0.0, 0, ""))
-        out[k] = (util + (p.sm_util_percent or 0.0) / 100.0, mem + (p.used_memory_bytes or 0),
-                  cid or p.container_id)
-    return out, {d: (a and u, a) for d, (a, u) in seen.items()}
-
-
-def _distinct_containers(held: list[Allocation]) -> list[Allocation]:
-    """One allocation per container (a container holding two replicas of a GPU counts once)."""
-    seen: set[tuple[str, str, str]] = set()
-    out = []
-    for a in held:
-        ref = (a.container.namespace, a.container.pod, a.container.container)
-        if ref not in seen:
-            seen.add(ref)
-            out.append(a)
+        if c is not None and p.container_id:
+            out.setdefault((c.namespace, c.pod, c.container), p.container_id)
     return out

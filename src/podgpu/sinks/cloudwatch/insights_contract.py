@@ -25,7 +25,14 @@ MARK = ""
 """The name of the first pair of every Container Insights label set."""
 RAW_JSON = frozenset(("Sources", "kubernetes"))
 SOURCES = json.dumps(["dcgm", "pod", "calculated"], separators=(",", ":"))
-CAPACITY_SOURCES = json.dumps(["pod", "calculated"], separators=(",", ":"))
+"""`Sources` of the three GPU levels: the agent tags the DCGM series as ContainerGPU before it
+copies them to the pod and node levels (stores/utils.go tagMetricSourceLinux)."""
+CAPACITY_SOURCES = {
+    "Pod": json.dumps(["cadvisor", "pod", "calculated"], separators=(",", ":")),
+    "Node": json.dumps(["cadvisor", "/proc", "pod", "calculated"], separators=(",", ":")),
+}
+"""`Sources` of the agent's `Type: Pod` and `Type: Node` events, which carry the capacity
+metrics."""
 
 UNITS: dict[str, str] = {
     "utilization": "Percent",
@@ -86,9 +93,9 @@ out (they are then not exported on /metrics)."""
 
 
 def gpu_device(device: Device) -> str:
-    """`GpuDevice`: `nvidia0` for a GPU, `nvidia0-mig3` for its MIG GPU instance 3."""
-    if device.mig_gi_id is not None:
-        return f"{device.device_name}-mig{device.mig_gi_id}"
+    """`GpuDevice`: the GPU's device name (`nvidia2`), for a MIG instance too, as the add-on
+    names it (dcgm-exporter's MIG series carry their GPU's `device`; the agent maps `device` to
+    `GpuDevice`)."""
     return device.device_name
 
 
@@ -128,26 +135,6 @@ def device_readings(sample: Sample) -> dict[str, float]:
         x = num(name)
         if x is not None:
             out[key] = x
-    return out
-
-
-def share_readings(device: dict[str, float], util_ratio: float | None, mem_bytes: int | None
-                   ) -> dict[str, float]:
-    """A holder's own part of a shared GPU: its processes' utilisation and memory (None: not
-    known on this GPU, left out); the device's temperature and memory total; power and tensor
-    activity, which cannot be split, left out."""
-    out: dict[str, float] = {}
-    if util_ratio is not None:
-        out["utilization"] = round(min(util_ratio, 1.0) * 100.0, 3)
-    for key in ("memory_total", "temperature"):
-        if key in device:
-            out[key] = device[key]
-    if mem_bytes is None:
-        return out
-    out["memory_used"] = mem_bytes
-    used, util_pct = device.get("memory_used"), device.get("memory_utilization")
-    if used is not None and util_pct is not None:
-        out["memory_utilization"] = round(util_pct * mem_bytes / used, 3) if used > 0 else 0.0
     return out
 
 

@@ -17,6 +17,7 @@ event to the Container Insights log group when it starts as a v0 event does
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 
 from podgpu.model import Snapshot
@@ -121,14 +122,23 @@ class CombinedEncoder:
 
 
 class CombinedSeries:
-    """serve's SeriesBuilder (or none) and the InsightsBuilder as one series source."""
+    """serve's SeriesBuilder (or none) and the InsightsBuilder as one series source.
 
-    def __init__(self, declarations: SeriesBuilder | None, insights: InsightsBuilder) -> None:
+    `sample_every` (seconds): the Container Insights series go into the window once per
+    `sample_every`-second slot of the clock (the first cycle in it), as the add-on's agent
+    scrapes once per collection interval: at the EMF interval, one value per event (the
+    add-on's default), 0 every cycle (its high-frequency mode). The declarations' series are
+    sampled by the sink's window (the same --emf-sample-interval when given)."""
+
+    def __init__(self, declarations: SeriesBuilder | None, insights: InsightsBuilder,
+                 sample_every: float = 0.0) -> None:
         self._decl = declarations
         self._insights = insights
+        self._every = sample_every
+        self._slot: int | None = None
 
     def with_declarations(self, declarations: SeriesBuilder | None) -> CombinedSeries:
-        return CombinedSeries(declarations, self._insights)
+        return CombinedSeries(declarations, self._insights, self._every)
 
     def insights_health(self) -> dict[str, object]:
         """The Container Insights inputs' state, for /health (EmfSink.health)."""
@@ -137,6 +147,11 @@ class CombinedSeries:
     def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
         if self._decl is not None:
             yield from self._decl.series(snapshot)
+        if self._every > 0:
+            slot = math.floor(snapshot.taken_at / self._every)
+            if self._slot is not None and slot <= self._slot:
+                return
+            self._slot = slot
         yield from self._insights.series(snapshot)
 
     @property

@@ -105,40 +105,67 @@ def test_readings_use_the_add_ons_units_and_scaling() -> None:
     assert device_readings(mig)["utilization"] == 50.0  # no GPU_UTIL per instance: its engine
 
 
+def total(value: Any) -> float:
+    """A window's Sum: a plain number or a high-frequency distribution's Sum."""
+    return float(value["Sum"]) if isinstance(value, dict) else float(value)
+
+
 def test_every_case_gets_the_right_events_with_its_own_values() -> None:
     events = Node().events(5, interval=60.0)  # one window, GPUs in their busy phase
     for e in events:
         assert ci_contract.check_event(e) == [], e
     errs, _ = ci_contract.check_stream(events)
     assert errs == []
-    # One NodeGPU per GPU or MIG instance; the idle GPU 5 has nothing else.
+    # One NodeGPU per physical GPU, a MIG GPU named as the add-on names it (dcgm-exporter's MIG
+    # series carry their GPU's `device`, which the agent renames GpuDevice); the idle GPU 5 has
+    # nothing else.
     assert sorted(e["GpuDevice"] for e in events if e["Type"] == "NodeGPU") == [
-        "nvidia0", "nvidia1", "nvidia2-mig1", "nvidia2-mig2", "nvidia3", "nvidia4", "nvidia5"]
+        "nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidia4", "nvidia5"]
     assert {e["GpuDevice"] for e in events if e["Type"] in ("ContainerGPU", "PodGPU")} == {
-        "nvidia0", "nvidia1", "nvidia2-mig1", "nvidia2-mig2", "nvidia3", "nvidia4"}
+        "nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidia4"}
     # Exclusive: the GPU's own readings, as the add-on.
     node0, pod0 = by(events, "NodeGPU", "nvidia0"), by(events, "PodGPU", "nvidia0", "train-0")
-    for k in ("utilization", "memory_used", "power_draw", "tensor_core_utilization"):
+    for k in ("utilization", "memory_used", "memory_total", "power_draw",
+              "tensor_core_utilization", "temperature"):
         assert pod0[f"pod_gpu_{k}"] == node0[f"node_gpu_{k}"]
-    # Time-sliced 70/30: each pod its own share (the add-on gives one arbitrary pod all of it).
-    a, b = by(events, "ContainerGPU", "nvidia1", "infer-a"), by(
-        events, "ContainerGPU", "nvidia1", "infer-b")
-    assert ci_contract.samples(a["container_gpu_utilization"])[2] == pytest.approx(70.0)
-    assert ci_contract.samples(b["container_gpu_utilization"])[2] == pytest.approx(30.0)
-    used = ci_contract.samples(by(events, "NodeGPU", "nvidia1")["node_gpu_memory_used"])[2]
-    assert ci_contract.samples(a["container_gpu_memory_used"])[2] + ci_contract.samples(
-        b["container_gpu_memory_used"])[2] == pytest.approx(used)
-    assert "container_gpu_power_draw" not in a and "container_gpu_tensor_core_utilization" not in a
-    # MIG: one event per instance with its holder; the GPU's power once (first instance).
-    m1, m2 = by(events, "PodGPU", "nvidia2-mig1", "mig-a"), by(events, "PodGPU",
-                                                                "nvidia2-mig2", "mig-b")
+    # Time-sliced 70/30: each pod its own share (the add-on gives one arbitrary pod all of it),
+    # and the two add up to the GPU in the window: utilisation, memory, power, tensor activity.
+    node1 = by(events, "NodeGPU", "nvidia1")
+    a, b = by(events, "PodGPU", "nvidia1", "infer-a"), by(events, "PodGPU", "nvidia1", "infer-b")
+    assert ci_contract.samples(a["pod_gpu_utilization"])[2] == pytest.approx(70.0)
+    assert ci_contract.samples(b["pod_gpu_utilization"])[2] == pytest.approx(30.0)
+    for k in ("utilization", "memory_used", "memory_total", "memory_utilization", "power_draw",
+              "tensor_core_utilization"):
+        assert total(a[f"pod_gpu_{k}"]) + total(b[f"pod_gpu_{k}"]) == pytest.approx(
+            total(node1[f"node_gpu_{k}"]), rel=1e-4), k
+    # power by use (70/30 of the SM time), memory total by allocation (one replica each)
+    assert total(a["pod_gpu_power_draw"]) / total(node1["node_gpu_power_draw"]) == \
+        pytest.approx(0.7, abs=1e-3)
+    assert total(a["pod_gpu_memory_total"]) == total(b["pod_gpu_memory_total"])
+    assert a["pod_gpu_temperature"] == node1["node_gpu_temperature"]  # not split: copied
+    ca = by(events, "ContainerGPU", "nvidia1", "infer-a")
+    assert ca["container_gpu_power_draw"] == a["pod_gpu_power_draw"]  # one container
+    # MIG, two 3g.40gb instances each held by a pod: one node event for the GPU, its power and
+    # memory once; each pod's event on GpuDevice nvidia2 with its instance's memory and its
+    # part of the GPU; the pods add up to the GPU.
+    node2 = by(events, "NodeGPU", "nvidia2")
+    m1, m2 = by(events, "PodGPU", "nvidia2", "mig-a"), by(events, "PodGPU", "nvidia2", "mig-b")
     assert m1["UUID"] == m2["UUID"]  # the parent GPU's, as dcgm-exporter labels MIG series
-    assert "pod_gpu_memory_total" in m1 and "pod_gpu_power_draw" not in m1
-    assert "node_gpu_power_draw" in by(events, "NodeGPU", "nvidia2-mig1")
-    assert "node_gpu_power_draw" not in by(events, "NodeGPU", "nvidia2-mig2")
+    assert total(node2["node_gpu_memory_total"]) == 5 * 2 * 40 * 1024 * MIB  # 5 samples
+    assert total(m1["pod_gpu_memory_total"]) == 5 * 40 * 1024 * MIB
+    for k in ("utilization", "memory_used", "memory_total", "power_draw",
+              "tensor_core_utilization"):
+        assert total(m1[f"pod_gpu_{k}"]) + total(m2[f"pod_gpu_{k}"]) == pytest.approx(
+            total(node2[f"node_gpu_{k}"]), rel=1e-4), k
+    # an instance of 3 of 7 slices busy at GR_ENGINE_ACTIVE ~0.99: ~42.4 % of the GPU
+    assert ci_contract.samples(m1["pod_gpu_utilization"])[2] == pytest.approx(99 * 3 / 7,
+                                                                              abs=0.5)
     # A pod with two GPUs: one event per GPU.
     assert by(events, "PodGPU", "nvidia3", "wide-0")["PodName"] == "wide-0"
     assert by(events, "PodGPU", "nvidia4", "wide-0")["InstanceType"] == "p5.48xlarge"
+    # No `kubernetes.namespace` (the agent's decorator writes namespace_name, its filter keeps
+    # namespace: neither reaches a GPU event).
+    assert all("namespace" not in e["kubernetes"] for e in events if e["Type"].endswith("GPU"))
 
 
 def test_high_frequency_form_one_event_per_minute_with_every_sample() -> None:
@@ -392,7 +419,9 @@ def test_stdout_prints_the_declarations_and_container_insights_events_of_one_sin
                "ContainerInsights/Prometheus" for x in lines if not is_insights_event(x))
 
 
-def test_shares_not_known_are_left_out_never_zero() -> None:
+def test_shares_follow_the_accounting_rule_when_processes_are_not_seen() -> None:
+    """Without per-process numbers a holder's utilisation is the device's split by allocation,
+    as accounting splits it; memory it cannot see is left out, never 0."""
     from dataclasses import replace
 
     node = Node()
@@ -409,18 +438,22 @@ def test_shares_not_known_are_left_out_never_zero() -> None:
 
     on1 = [p for p in snap.processes if p.device_key == nvidia1]
     rest = tuple(p for p in snap.processes if p.device_key != nvidia1)
-    # no hostPID: the GPU's processes are not attributed -> no share, rather than 0
+    # no hostPID: the GPU's processes are not attributed -> GPU_UTIL (100) split 1:1 by the
+    # replicas held; no memory; power split by allocation too
     blind = shares(rest + tuple(replace(p, container=None) for p in on1))
     assert set(blind) == {"infer-a", "infer-b"}
-    assert all("container_gpu_utilization" not in v and "container_gpu_memory_used" not in v
-               for v in blind.values())
+    assert [v["container_gpu_utilization"] for v in blind.values()] == [50.0, 50.0]
+    assert all("container_gpu_memory_used" not in v for v in blind.values())
+    a, b = blind["infer-a"]["container_gpu_power_draw"], blind["infer-b"]["container_gpu_power_draw"]
+    assert a == pytest.approx(b, abs=1e-3)
     # memory known, no per-process utilisation sample
     no_util = shares(rest + tuple(replace(p, sm_util_percent=None) for p in on1))
-    assert all("container_gpu_utilization" not in v and "container_gpu_memory_used" in v
+    assert all(v["container_gpu_utilization"] == 50.0 and "container_gpu_memory_used" in v
                for v in no_util.values())
-    # only infer-a runs: infer-b holds the GPU and uses nothing of it
+    # only infer-a runs: infer-b holds the GPU and uses nothing of it, so no power either
     only_a = shares(rest + tuple(p for p in on1 if p.container and p.container.pod == "infer-a"))
     assert only_a["infer-b"]["container_gpu_utilization"] == 0.0
+    assert only_a["infer-b"]["container_gpu_power_draw"] == 0.0
 
 
 def test_container_insights_events_survive_the_spool(tmp_path: Path) -> None:
