@@ -466,3 +466,51 @@ def test_container_insights_events_survive_the_spool(tmp_path: Path) -> None:
     again.ack(len(first))
     rest = again.peek(100, 1 << 20, 1 << 30)
     assert [m for _, m, _ in rest] == lines  # their own batch, to their own log group
+
+
+def sink_events(args: list[str], capsys: pytest.CaptureFixture[str], seconds: int = 120
+                ) -> list[dict[str, Any]]:
+    """Every event `serve` with these EMF flags prints to stdout for `seconds` 1 s cycles on a
+    fake clock starting on a minute (the window closes at each minute)."""
+    from podgpu.agent import build_agent
+
+    now = [START]
+    agent = build_agent(parse_serve_args(
+        ["--simulate", "2", "--emf-container-insights", "--cluster-name", "c",
+         "--emf-destination", "stdout", "--emf-namespace", "gpu-operator", *args],
+        {"NODE_NAME": "n1"}))
+    assert agent.emf is not None
+    agent.backend.open()
+    collector = Collector(agent.backend, with_insights_fields(agent.metrics.fields),
+                          attributor=agent.attributor, want_processes=True,
+                          clock=lambda: now[0])
+    for _ in range(seconds):
+        agent.emf.offer(collector.cycle())
+        now[0] += 1.0
+    agent.emf.stop(grace=5)
+    return [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+
+
+def counts(events: list[dict[str, Any]], name: str) -> list[int]:
+    """Samples per event of metric `name` (1 for a plain number)."""
+    return [e[name]["Count"] if isinstance(e[name], dict) else 1 for e in events if name in e]
+
+
+@pytest.mark.parametrize(("args", "per_window"), [
+    ([], 1),  # the add-on's default: one scrape a minute, one value per event
+    (["--emf-sample-interval", "60"], 1),  # equal to the window: one sample per window
+    (["--emf-sample-interval", "10"], 6),
+    (["--emf-sample-interval", "0"], 60),  # every 1 s sample: the add-on's high-frequency form
+])
+def test_sample_interval_means_the_same_with_and_without_declarations(
+        args: list[str], per_window: int, capsys: pytest.CaptureFixture[str]) -> None:
+    seed = str(ROOT / "tests" / "fixtures" / "seed" / "cwagent-config.json")
+    alone = sink_events(args, capsys)
+    both = sink_events([*args, "--cloudwatch-config", seed, "--emf-label",
+                        "Service=nvidia-dcgm-exporter"], capsys)
+    for events in (alone, both):
+        ci = [e for e in events if is_insights_event(json.dumps(e)) and e["Type"] == "NodeGPU"]
+        assert counts(ci, "node_gpu_power_draw") == [per_window] * 4  # 2 GPUs x 2 minutes
+    # the declarations follow the flag when it is given, and keep every sample when it is not
+    decl = [e for e in both if "_aws" in e]
+    assert set(counts(decl, "DCGM_FI_DEV_GPU_UTIL")) == {per_window if args else 60}
