@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from podgpu.attribution.apiserver import ApiCaller
 from podgpu.attribution.kubeapi import Connection, KubeConfig
+from podgpu.peers.backoff import BackoffLoop
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 LEGACY_INSTANCE_TYPE_LABEL = "beta.kubernetes.io/instance-type"
@@ -88,11 +89,12 @@ class NodeLookup:
         self.api = ApiCaller(f"Container Insights' GET {self._path}", rbac="get on nodes",
                              without="InstanceId and InstanceType stay empty",
                              configuration=configuration, environ=environ)
-        self._refresh = refresh
         self._current = NodeObject(name=node_name)
-        self._stop = threading.Event()
+        self._conn: Connection | None = None
         self._done = threading.Event()
-        self._thread: threading.Thread | None = None
+        retry = min(refresh, RETRY_SECONDS)
+        self._loop = BackoffLoop(self._read, name="podgpu-node", first=retry, cap=retry,
+                                 every=refresh)
 
     @property
     def errors(self) -> int:
@@ -111,37 +113,32 @@ class NodeLookup:
 
     def start(self, wait_seconds: float = 2.0) -> None:
         """Start reading; wait up to `wait_seconds` for the first answer (or failure)."""
-        if self._thread is not None:
-            return
         if not self._node:
-            self.api.unavailable("NODE_NAME is not set (set it from spec.nodeName with the "
-                                 "downward API)")
+            if self.api.available:
+                self.api.unavailable("NODE_NAME is not set (set it from spec.nodeName with the "
+                                     "downward API)")
             return
-        self._thread = threading.Thread(target=self._run, name="podgpu-node", daemon=True)
-        self._thread.start()
+        self._loop.start()
         self._done.wait(wait_seconds)
 
     def close(self) -> None:
-        self._stop.set()
+        self._loop.stop()
 
-    def _run(self) -> None:
-        conn: Connection | None = None
+    def _read(self) -> bool:
+        """One GET, the attempt of the thread's BackoffLoop (podgpu.peers): True when it
+        answered; a failure is counted and said. Never raises."""
         try:
-            while not self._stop.is_set():
-                conn = conn or self.api.connect()
-                if conn is not None:
-                    try:
-                        self._current = parse_node(conn.get_json(
-                            self._path, timeout=GET_TIMEOUT_SECONDS))
-                        self.api.succeeded()
-                    except Exception as exc:  # counted and said; tried again
-                        self.api.failed(exc)
-                self._done.set()
+            self._conn = self._conn or self.api.connect()
+            if self._conn is None:
                 if not self.api.available:
-                    return
-                ok = self.api.status == "ok"
-                self._stop.wait(self._refresh if ok else min(self._refresh, RETRY_SECONDS))
+                    self._loop.stop()
+                return False
+            self._current = parse_node(self._conn.get_json(self._path,
+                                                           timeout=GET_TIMEOUT_SECONDS))
+            self.api.succeeded()
+            return True
+        except Exception as exc:  # counted and said; tried again
+            self.api.failed(exc)
+            return False
         finally:
             self._done.set()
-            if conn is not None:
-                conn.close()

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from podgpu.attribution.apiserver import ApiCaller
 from podgpu.attribution.kubeapi import Connection, KubeApiError, lines
+from podgpu.peers.backoff import BackoffLoop
 
 T = TypeVar("T")
 
@@ -63,15 +64,14 @@ class Reflector(Generic[T]):
         self.path = path
         self.api = api
         self.cap = cap
-        self._thread_name = thread_name
         self._selector = dict(selector or {})
         self._page = list_page
         self._watch_timeout = watch_timeout_seconds
         self._read_margin = watch_read_margin_seconds
-        self._max_backoff = max_backoff_seconds
         self._stop = threading.Event()
         self._synced = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackoffLoop(self.step, name=thread_name, first=min(1.0, max_backoff_seconds),
+                                 cap=max_backoff_seconds, every=0.0, wait=self._stop.wait)
         self._conn: Connection | None = None
         self._listed = False
         self.resource_version = ""
@@ -99,10 +99,7 @@ class Reflector(Generic[T]):
     def start(self, wait_seconds: float = 1.0) -> None:
         """Start listing and watching; wait up to `wait_seconds` for the first list (or the
         first failure)."""
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
-        self._thread.start()
+        self._loop.start()
         if wait_seconds > 0:
             self._synced.wait(wait_seconds)
 
@@ -112,36 +109,25 @@ class Reflector(Generic[T]):
 
     def close(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        self._loop.stop()
         conn = self._conn
         if conn is not None:
             conn.interrupt()
-        if self._thread is not None and self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        first = backoff = min(1.0, self._max_backoff)
-        try:
-            while not self._stop.is_set():
-                if self.step():
-                    backoff = first
-                    continue
-                self._synced.set()  # a failure ends the wait for the first list too
-                if self.api.status.startswith("unavailable"):
-                    return
-                self._stop.wait(backoff)
-                backoff = min(self._max_backoff, backoff * 2)
-        finally:
-            self._synced.set()
-            if self._conn is not None:
-                self._conn.close()
+        self._loop.join(timeout)
+        if conn is not None:
+            conn.close()
 
     def step(self) -> bool:
-        """One list or one watch; True when it went well (the next step follows at once), False
-        after a failure (counted and said; the loop backs off). Never raises."""
+        """One list or one watch, the attempt of the thread's BackoffLoop (podgpu.peers): True
+        when it went well (the next step follows at once), False after a failure (counted and
+        said; the loop backs off, or ends when there is no API at all). Never raises."""
         try:
             if self._conn is None:
                 self._conn = self.api.connect()
                 if self._conn is None:
+                    self._synced.set()  # a failure ends the wait for the first list too
+                    if not self.api.available:
+                        self._loop.stop()
                     return False
             if not self._listed:
                 self._list(self._conn)
@@ -159,9 +145,11 @@ class Reflector(Generic[T]):
             return True
         except Exception as exc:
             self._listed = False
-            if not self._stop.is_set():
-                self.api.failed(exc)
-            return self._stop.is_set()
+            if self._stop.is_set():
+                return True
+            self.api.failed(exc)
+            self._synced.set()
+            return False
 
     def _list(self, conn: Connection) -> None:
         """The whole list in pages; more than `cap` parsed objects end it (the rest would not
