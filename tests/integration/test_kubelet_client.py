@@ -41,8 +41,36 @@ def test_every_device_id_form_arrives_intact(kubelet: FakeKubelet, sock: str) ->
         ContainerDevices("ml", "train", "init-sidecar", "nvidia.com/gpu", (U,)),
         ContainerDevices("ml", "train", "main", "nvidia.com/gpu", tuple(EVERY_FORM)),
         ContainerDevices("ml", "train", "main", "nvidia.com/mig-1g.10gb", (M,)),
-        ContainerDevices("ml", "train", "main", "example.com/fpga", ("f0",)),
-    )
+    )  # example.com/fpga is no GPU: the join never reads it, so it is not kept
+
+
+def test_entries_keep_gpu_resources_once_per_container_and_resource(kubelet: FakeKubelet,
+                                                                   sock: str) -> None:
+    """The kubelet lists a container's devices in one `ContainerDevices` per resource (a
+    resource may repeat); the client keeps one entry per container and resource, each id once,
+    and drops the resources that are no GPU unless they are `--nvidia-resource-names`."""
+    kubelet.set_pods([
+        FakePod("ml", "train", [FakeContainer("main", [
+            ("nvidia.com/gpu", [f"{U}::0", f"{U}::1"]),
+            ("example.com/nic", [f"nic{k}" for k in range(1000)]),
+            ("nvidia.com/gpu", [f"{U}::1", f"{U}::2"]),
+            ("nvidia.com/gpu.shared", [f"{U}::9"]),
+        ])]),
+        FakePod("ml", "nic-only", [FakeContainer("main", [("example.com/nic", ["nic0"])])]),
+    ])
+    plain, listed = PodResourcesClient(sock), PodResourcesClient(
+        sock, resource_names=("nvidia.com/gpu.shared",))
+    try:
+        assert plain.poll_once().entries == (
+            ContainerDevices("ml", "train", "main", "nvidia.com/gpu",
+                             (f"{U}::0", f"{U}::1", f"{U}::2")),)
+        assert listed.poll_once().entries == (
+            ContainerDevices("ml", "train", "main", "nvidia.com/gpu",
+                             (f"{U}::0", f"{U}::1", f"{U}::2")),
+            ContainerDevices("ml", "train", "main", "nvidia.com/gpu.shared", (f"{U}::9",)))
+    finally:
+        plain.close()
+        listed.close()
 
 
 def test_polls_one_after_another_each_on_its_own_connection(kubelet: FakeKubelet,

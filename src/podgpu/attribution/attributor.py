@@ -191,6 +191,7 @@ def build_attributor(settings: KubernetesSettings, *, kube_api_configuration: An
         return None
     id_type: GpuIdType = "uid" if settings.gpu_id_type == "uid" else "device-name"
     poll = settings.poll_interval  # settings were validated when built (podgpu.settings)
+    options = enrich_options(settings)
     return KubeletAttributor(
         # Half the collect interval: a kubelet change reaches a snapshot within 1.5 intervals
         # (the design asks for two); at the 30 s default that is one List per 15 s.
@@ -199,13 +200,14 @@ def build_attributor(settings: KubernetesSettings, *, kube_api_configuration: An
         PodResourcesClient(
             settings.kubelet_socket, poll_interval_seconds=poll / 2,
             dra=settings.dra, timeout_seconds=list_deadline(poll),
+            resource_names=options.extra_resources,
             # retry a missing kubelet at least once per collect interval, so labels return
             # within two intervals after it does (measured in bench/RESULTS.md)
             max_backoff_seconds=poll,
         ),
         stale_after_seconds=stale_after(poll),
         id_type=id_type,
-        options=enrich_options(settings),
+        options=options,
         cgroups=CgroupReader(settings.proc_root),
         pod_watcher=PodWatcher(settings.node_name or None, configuration=kube_api_configuration),
     )

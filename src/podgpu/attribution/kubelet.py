@@ -3,7 +3,8 @@
 One persistent channel on the kubelet's unix socket, polled on a background thread at the collect
 interval, so a scrape or a collect cycle never waits on the kubelet (dcgm-exporter dials a new
 connection and calls `List` per entity group per scrape, sharing the kubelet's 100 QPS budget).
-The latest answer is kept as frozen `ContainerDevices` tuples; gRPC objects never leave here.
+The latest answer is kept as frozen `ContainerDevices` tuples of its GPU resources only, one per
+container and resource (`flatten`); protobuf objects never leave here.
 
 The call is made by grpcunary.py on h2 (sans-IO HTTP/2), not grpcio (+15 MiB for this one
 unary call) nor grpclib (+4 MiB), because both check the 16 MiB receive limit only
@@ -26,10 +27,11 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from podgpu.attribution.deviceids import DRA_GPU_RESOURCE, is_gpu_resource
 from podgpu.attribution.grpcunary import GrpcError, unary
 from podgpu.peers.backoff import BackoffLoop
 
@@ -74,8 +76,7 @@ class PodResourcesState:
 
 
 DRA_GPU_DRIVER = "gpu.nvidia.com"
-DRA_RESOURCE_PREFIX = "dra/"
-"""DRA allocations become entries with resource `dra/<driver>` and the DRA device name as id."""
+"""DRA allocations of this driver become ids of resource `dra/gpu.nvidia.com` (the device name)."""
 
 
 def list_deadline(collect_interval: float) -> float:
@@ -94,36 +95,84 @@ def stale_after(collect_interval: float) -> float:
     return collect_interval + list_deadline(collect_interval)
 
 
-def flatten(response: Any, *, dra: bool = False) -> tuple[ContainerDevices, ...]:
-    """A `ListPodResourcesResponse` message -> frozen entries (all resources, all containers).
+def pod_messages(answer: bytes) -> Iterator[memoryview]:
+    """The serialized `PodResources` messages of a serialized `ListPodResourcesResponse` (its
+    field 1, repeated), one after another without copying them; other fields are skipped as
+    protobuf skips unknown ones (https://protobuf.dev/programming-guides/encoding/). ValueError
+    for an answer that is not that message."""
+    view = memoryview(answer)
+    i, end = 0, len(view)
+    while i < end:
+        tag, i = _varint(view, i)
+        field, kind = tag >> 3, tag & 7
+        if kind == 2:
+            size, i = _varint(view, i)
+            if i + size > end:
+                raise ValueError("a field runs past the end of the answer")
+            if field == 1:
+                yield view[i:i + size]
+            i += size
+        elif field == 1 or kind not in (0, 1, 5):
+            raise ValueError(f"field {field} has wire type {kind}")
+        elif kind == 0:
+            i = _varint(view, i)[1]
+        else:
+            i += 8 if kind == 1 else 4
+    if i > end:
+        raise ValueError("the answer ends inside a field")
 
-    Init containers listed by the kubelet (restartable sidecars) are included like any other.
-    With `dra`, each `dynamic_resources` device of NVIDIA's DRA driver becomes an entry too
-    (resource `dra/gpu.nvidia.com`, id = the DRA device name such as `gpu-0`), so DRA GPUs are
-    attributed like device-plugin GPUs; a claim shared by several containers lists the same
-    device under each of them.
+
+def _varint(view: memoryview, i: int) -> tuple[int, int]:
+    """The base-128 varint at `i` and the index after it."""
+    value = shift = 0
+    while i < len(view) and shift < 64:
+        byte = view[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i
+        shift += 7
+    raise ValueError("the answer ends inside a varint" if i >= len(view) else "varint too long")
+
+
+def flatten(pods: Iterable[Any], *, dra: bool = False,
+            gpu: Callable[[str], bool] = is_gpu_resource) -> tuple[ContainerDevices, ...]:
+    """`PodResources` messages -> the compact entries the attributor joins.
+
+    Only GPU resources are kept (`gpu` says which: the attributor's `is_gpu_resource` with
+    `--nvidia-resource-names`); other devices (NICs, FPGAs, hugepages ...) never reach the join.
+    One entry per container and resource, its ids in the order listed, each once; the
+    namespace, pod, container and resource strings are shared by the entries that repeat them.
+    What stays resident after a 16 MiB answer is then proportional to the GPUs' holders and their
+    ids, not to the message (bench/kubelet_answer.py). Init containers listed by the kubelet
+    (restartable sidecars) are included like any other. With `dra`, each `dynamic_resources`
+    device of NVIDIA's DRA driver is an id of resource `dra/gpu.nvidia.com` (the DRA device
+    name such as `gpu-0`), so DRA GPUs are attributed like device-plugin GPUs; a claim shared by
+    several containers lists the same device under each of them.
     """
+    kept: dict[str, str | None] = {}  # resource name -> the one shared copy, None: not a GPU
     out: list[ContainerDevices] = []
-    for pod in response.pod_resources:
+    for pod in pods:
+        names: tuple[str, str] | None = None
         for c in pod.containers:
+            ids: dict[str, dict[str, None]] = {}  # resource -> its ids, in order, each once
             if dra:
                 for claim in c.dynamic_resources:
                     for res in claim.claim_resources:
                         if res.driver_name == DRA_GPU_DRIVER and res.device_name:
-                            out.append(ContainerDevices(
-                                namespace=pod.namespace, pod=pod.name, container=c.name,
-                                resource=DRA_RESOURCE_PREFIX + res.driver_name,
-                                device_ids=(res.device_name,)))
+                            ids.setdefault(DRA_GPU_RESOURCE, {})[res.device_name] = None
             for dev in c.devices:
-                out.append(
-                    ContainerDevices(
-                        namespace=pod.namespace,
-                        pod=pod.name,
-                        container=c.name,
-                        resource=dev.resource_name,
-                        device_ids=tuple(dev.device_ids),
-                    )
-                )
+                name = dev.resource_name
+                resource = kept.get(name, "")
+                if resource == "":
+                    resource = kept[name] = name if gpu(name) else None
+                if resource is not None:
+                    ids.setdefault(resource, {}).update(dict.fromkeys(dev.device_ids))
+            if ids:
+                names = names or (pod.namespace, pod.name)
+                container = c.name
+                out.extend(ContainerDevices(names[0], names[1], container, resource, tuple(held))
+                           for resource, held in ids.items())
     return tuple(out)
 
 
@@ -139,9 +188,13 @@ class PodResourcesClient:
         timeout_seconds: float = LIST_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.time,
         dra: bool = False,
+        resource_names: Iterable[str] = (),
     ) -> None:
+        """`resource_names`: `--nvidia-resource-names`, kept besides NVIDIA's own resources."""
         self._socket = socket_path
         self._dra = dra
+        extra = frozenset(resource_names)
+        self._gpu: Callable[[str], bool] = lambda name: is_gpu_resource(name, extra)
         self._interval = max(MIN_POLL_SECONDS, poll_interval_seconds)
         self._max_backoff = max(self._interval, max_backoff_seconds)
         self._timeout = timeout_seconds
@@ -206,13 +259,13 @@ class PodResourcesClient:
             last = self._last
             if last is not None and last[0] == digest:  # the same answer as the last poll's:
                 return last[1]  # its entries, not a second copy of them (16 MiB: ~30 MiB each)
-            try:
-                response = pb.ListPodResourcesResponse.FromString(data)
-            except Exception as exc:  # protobuf's DecodeError
+            self._last = None  # the previous entries go before the new ones are built
+            try:  # one pod's message decoded at a time: never the whole answer's objects
+                entries = flatten(map(pb.PodResources.FromString, pod_messages(data)),
+                                  dra=self._dra, gpu=self._gpu)
+            except Exception as exc:  # ValueError here, protobuf's DecodeError
                 raise GrpcError("INTERNAL", f"undecodable answer: {exc}") from None
             del data
-            self._last = None  # the previous entries go before the new ones are built
-            entries = flatten(response, dra=self._dra)
             self._last = (digest, entries)
             return entries
 
