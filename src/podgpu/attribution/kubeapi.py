@@ -1,11 +1,13 @@
 """The Kubernetes API over plain HTTPS: in-cluster configuration and authenticated GETs.
 
-podgpu makes two kinds of API call: a node-scoped pod list/watch (podwatch.py) and one ConfigMap
-read (`-m`). The official `kubernetes` client cost +46 MiB steady and +105 MiB at start-up on
-the H200 for those; this module does the part of it podgpu used with the standard library
-(`http.client`, `ssl`), which every podgpu process has loaded already
-(docs/decisions/0010-kubernetes-api-http-client.md). Blocking calls, made on the pod watch's
-own thread.
+podgpu's API calls are GETs: lists and watches (reflector.py: this node's pods, the cluster's
+Services), one Node (nodeinfo.py) and one ConfigMap (`-m`), each caller reaching the API
+through apiserver.py's `connect`. The official `kubernetes` client cost +46 MiB steady and
++105 MiB at start-up on the H200 for the pod watch and the ConfigMap; this module does the part
+of it podgpu used with the standard library (`http.client`, `ssl`), which every podgpu process
+has loaded already (docs/decisions/0010-kubernetes-api-http-client.md). Blocking calls, made on
+each caller's own thread (the ConfigMap at start), every one under one deadline and with its
+answer capped (podgpu.peers).
 
 What it keeps from the official client's in-cluster configuration:
 - the API address from KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT (an IPv6 host is
@@ -13,7 +15,7 @@ What it keeps from the official client's in-cluster configuration:
 - the service-account token read from its file before every request, so a bound token that the
   kubelet rotates (they expire after an hour) is used from the next request on, and a 401 answer
   re-reads the file and retries at once when the token there changed.
-A kubeconfig outside a cluster is not supported: the pod watch only runs in a DaemonSet pod.
+A kubeconfig outside a cluster is not supported: the callers only run in a DaemonSet pod.
 """
 
 from __future__ import annotations
