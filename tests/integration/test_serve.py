@@ -162,5 +162,6 @@ def test_the_listener_counts_are_exported_from_the_next_cycle(agent: type[InProc
     body = wait_for(scraped, what="the guard's counts")
     fams = {f.name: f for f in text_string_to_metric_families(body)}
     closed = {s.labels["reason"]: s.value for s in fams["podgpu_http_connections_closed"].samples}
-    assert closed == {"evicted": 0.0, "refused": 0.0, "timed_out": 0.0}
+    assert closed == {"evicted": 0.0, "refused": 0.0, "timed_out": 0.0, "memory": 0.0}
+    assert fams["podgpu_http_held_bytes"].samples[0].value >= 0
     assert fams["podgpu_http_open_connections"].samples[0].value >= 0

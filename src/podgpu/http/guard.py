@@ -17,34 +17,34 @@ connection only through the `Guarded` protocol below and schedules its timers th
   Otherwise it is closed with a reset. This covers slowloris heads, slow bodies, silent or stalled
   TLS handshakes and clients that do not read the answer;
 - an idle keep-alive connection is closed after `keepalive_timeout`;
-- at `max_connections`, the oldest connection that has not yet completed a request is closed to
-  make room (a well-behaved scraper sends its request at once, so it is never the oldest); when
-  every connection has completed one, the one idle longest goes; then the one whose current
-  request has waited longest; failing that, the newcomer;
+- a connection whose last answer is written lingers (http.states LINGER: our side shut, what the
+  peer still sends dropped) for at most `LINGER_SECONDS`, then is reset;
+- at `max_connections`, a lingering connection is closed first, then the oldest connection that
+  has not yet completed a request (a well-behaved scraper sends its request at once, so it is
+  never the oldest); when every connection has completed one, the one idle longest goes; then
+  the one whose current request has waited longest; failing that, the newcomer;
 - the cap stays below the process's file-descriptor limit, so accept() does not run out of
   descriptors in the first place.
 
-The per-connection memory bounds (one shared read buffer, no reading while an answer is
-pending, at most one step of an answer in podgpu's memory) are http.conn's.
+What connections hold in memory is bounded by http.budget, not here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import resource
-import socket
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from podgpu.http.budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from podgpu.http.ratelog import LOG_EVERY_SECONDS, RateLimitedLog, quiet_accept_errors, short
 
 __all__ = ["ACCEPT_BACKLOG", "ACCEPT_IN_FLIGHT", "ACCEPT_PER_TURN", "FD_RESERVE",
-           "LOG_EVERY_SECONDS", "SEND_BUFFER", "ConnectionGuard", "Guarded", "Limits",
-           "RateLimitedLog", "effective_cap", "limit_send_buffer", "quiet_accept_errors", "short"]
+           "LOG_EVERY_SECONDS", "ConnectionGuard", "Guarded", "Limits",
+           "RateLimitedLog", "effective_cap", "quiet_accept_errors", "short"]
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +70,11 @@ ACCEPT_IN_FLIGHT = 3 * ACCEPT_PER_TURN
 """Descriptors beyond the cap that accepts in flight can hold; the cap keeps them free too."""
 MAX_HEAD_SIZE = 16 * 1024
 """Bytes of one request head (request line and headers); past it (checked once per read, so
-at most one READ_SIZE more gets in) the answer is 400."""
+at most one read more gets in) the answer is 400."""
 MAX_HEADERS = 64
-SEND_BUFFER = 128 * 1024
-"""The kernel's send buffer per connection (SO_SNDBUF; Linux doubles it for its overhead). Over
-loopback its autotuning starts near 2.5 MiB, so each client that pipelines and never reads had
-podgpu write megabytes before it stalled; a 1 MB answer still goes out at 100+ MB/s in-cluster."""
+LINGER_SECONDS = 2.0
+"""How long a connection whose last answer is written waits for the peer to close before it is
+reset (the answer had that long to be read; a scraper closes at once)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +86,7 @@ class Limits:
     keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT
     max_head_size: int = MAX_HEAD_SIZE
     max_headers: int = MAX_HEADERS
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
 
 
 def effective_cap(requested: int, nofile_soft: int | None = None) -> int:
@@ -142,18 +142,22 @@ class ConnectionGuard:
         self._fresh: OrderedDict[Guarded, None] = OrderedDict()  # no request completed yet
         self._idle: OrderedDict[Guarded, None] = OrderedDict()   # between requests
         self._busy: OrderedDict[Guarded, None] = OrderedDict()   # a later request
+        self._closing: OrderedDict[Guarded, None] = OrderedDict()  # lingering after its last
         self.rate_log = RateLimitedLog(log)
+        self.budget = MemoryBudget(self.limits.memory_budget, rate_log=self.rate_log)
+        """What the connections hold for their peers (http.budget; charged by http.conn)."""
         self.evicted = 0
         self.timed_out = 0
         self.refused = 0
 
     @property
     def open_connections(self) -> int:
-        return len(self._fresh) + len(self._idle) + len(self._busy)
+        return len(self._fresh) + len(self._idle) + len(self._busy) + len(self._closing)
 
     def state(self, conn: Guarded) -> str | None:
-        """"fresh", "idle", "busy", or None when not open (tests, debugging)."""
-        for name, group in (("fresh", self._fresh), ("idle", self._idle), ("busy", self._busy)):
+        """"fresh", "idle", "busy", "closing", or None when not open (tests, debugging)."""
+        for name, group in (("fresh", self._fresh), ("idle", self._idle), ("busy", self._busy),
+                            ("closing", self._closing)):
             if conn in group:
                 return name
         return None
@@ -178,7 +182,7 @@ class ConnectionGuard:
         """An answer was handed to the kernel whole. With a pipelined request waiting, the
         connection stays on the deadline it has (all it was sent must be answered within
         `request_timeout` of its first unanswered byte); otherwise it is idle."""
-        if self.state(conn) is None:
+        if self.state(conn) in (None, "closing"):
             return
         self._fresh.pop(conn, None)
         self._idle.pop(conn, None)
@@ -189,16 +193,27 @@ class ConnectionGuard:
             self._idle[conn] = None
             self._arm(conn, self.limits.keepalive_timeout, self._idle_expired)
 
+    def closing(self, conn: Guarded) -> None:
+        """Its last answer is written: it lingers at most LINGER_SECONDS, then is reset."""
+        if self.state(conn) is None:
+            return
+        self._fresh.pop(conn, None)
+        self._idle.pop(conn, None)
+        self._busy.pop(conn, None)
+        self._closing[conn] = None
+        self._arm(conn, LINGER_SECONDS, self._linger_expired)
+
     def lost(self, conn: Guarded) -> None:
         """Closed (by either side); forgotten."""
         self._fresh.pop(conn, None)
         self._idle.pop(conn, None)
         self._busy.pop(conn, None)
+        self._closing.pop(conn, None)
         self._disarm(conn)
 
     def expired(self, conn: Guarded) -> None:
         conn.timer = None
-        if conn in self._idle or self.state(conn) is None:
+        if self.state(conn) in (None, "idle", "closing"):
             return
         self.timed_out += 1
         self.rate_log("timeout", logging.WARNING,
@@ -212,9 +227,14 @@ class ConnectionGuard:
             self.lost(conn)
             conn.close()
 
+    def _linger_expired(self, conn: Guarded) -> None:
+        conn.timer = None
+        if conn in self._closing:
+            self._drop(conn)
+
     def close_all(self) -> None:
         """Close every connection politely (the listener stops)."""
-        for conn in [*self._fresh, *self._idle, *self._busy]:
+        for conn in [*self._fresh, *self._idle, *self._busy, *self._closing]:
             self.lost(conn)
             conn.close()
 
@@ -232,7 +252,9 @@ class ConnectionGuard:
             conn.timer = None
 
     def _make_room(self, newcomer: Guarded) -> None:
-        victim = next((c for c in self._fresh if c is not newcomer), None)
+        victim = next(iter(self._closing), None)
+        if victim is None:
+            victim = next((c for c in self._fresh if c is not newcomer), None)
         if victim is None:
             victim = next(iter(self._idle), None)
         if victim is None:
@@ -250,10 +272,3 @@ class ConnectionGuard:
     def _drop(self, conn: Guarded) -> None:
         self.lost(conn)
         conn.abort()
-
-
-def limit_send_buffer(sock: Any) -> None:
-    """Set SEND_BUFFER on a socket (best effort)."""
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)

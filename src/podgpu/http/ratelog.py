@@ -25,8 +25,10 @@ class RateLimitedLog:
         self._last: dict[str, float] = {}
         self._held: dict[str, int] = {}
 
-    def __call__(self, key: str, level: int, msg: str, *args: object) -> bool:
-        """Log unless `key` was logged less than `every` seconds ago; True when it logged."""
+    def __call__(self, key: str, level: int, msg: str, *args: object,
+                 exc_info: BaseException | None = None) -> bool:
+        """Log unless `key` was logged less than `every` seconds ago; True when it logged.
+        `exc_info` adds that exception's traceback to the line."""
         now = self._clock()
         last = self._last.get(key)
         if last is not None and now - last < self._every:
@@ -37,7 +39,7 @@ class RateLimitedLog:
             self._last.clear()
         self._last[key] = now
         suffix = f" ({held} more like this in the last {now - last:.0f} s)" if held and last else ""
-        self._log.log(level, msg + suffix, *args)
+        self._log.log(level, msg + suffix, *args, exc_info=exc_info)
         return True
 
 
@@ -49,12 +51,14 @@ def short(text: object, limit: int = 120) -> str:
 
 def quiet_accept_errors(loop: asyncio.AbstractEventLoop, rate_log: RateLimitedLog) -> None:
     """Route the event loop's error reports (accept() out of descriptors, above all) through a
-    rate-limited log. asyncio itself pauses accepting for a second after such an error."""
+    rate-limited log, with the exception's traceback (a bug of ours shows where it is). asyncio
+    itself pauses accepting for a second after such an error."""
 
     def handler(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         msg = str(context.get("message", "event loop error"))
         exc = context.get("exception")
         detail = f": {type(exc).__name__}: {short(exc)}" if exc is not None else ""
-        rate_log(f"loop:{msg[:80]}", logging.ERROR, "%s%s", short(msg), detail)
+        rate_log(f"loop:{msg[:80]}", logging.ERROR, "%s%s", short(msg), detail,
+                 exc_info=exc if isinstance(exc, BaseException) else None)
 
     loop.set_exception_handler(handler)

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from podgpu import __version__
 from podgpu.errors import ConfigError, ListenError
 from podgpu.http.app import App, Request, Response
-from podgpu.http.conn import Listener
 from podgpu.http.guard import (
     ACCEPT_BACKLOG,
     ACCEPT_PER_TURN,
@@ -31,6 +30,7 @@ from podgpu.http.guard import (
     Limits,
     quiet_accept_errors,
 )
+from podgpu.http.listener import Listener
 from podgpu.http.live import add_live_routes, page_response
 from podgpu.http.publish import Publisher
 from podgpu.http.sighup import install_sighup

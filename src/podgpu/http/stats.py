@@ -31,8 +31,14 @@ class HttpStats:
                 "podgpu_http_connections_closed_total",
                 "HTTP connections podgpu closed: evicted (the oldest without a completed request, "
                 "at --http-max-connections), refused (at the cap with none to evict), timed_out "
-                "(no complete request and answer within --http-request-timeout).", "reason",
-                (("evicted", g.evicted), ("refused", g.refused), ("timed_out", g.timed_out))))
+                "(no complete request and answer within --http-request-timeout), memory (holding "
+                "the most when the listener's memory budget was reached).", "reason",
+                (("evicted", g.evicted), ("refused", g.refused), ("timed_out", g.timed_out),
+                 ("memory", g.budget.evicted))))
+            out.append(Family("podgpu_http_held_bytes",
+                              "Bytes the listener holds for its peers now (handshakes, request "
+                              "bytes, unsent answer copies), against its memory budget.",
+                              "gauge", (Sample((), g.budget.total),)))
         if self.access is not None:
             c = self.access.counters()
             out.append(counter(

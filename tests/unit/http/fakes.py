@@ -86,6 +86,7 @@ class FakeTransport(asyncio.Transport):
         self.pauses = 0
         self.closed = False
         self.aborted = False
+        self.eof_written = False
         self._writing_paused = False
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -128,6 +129,9 @@ class FakeTransport(asyncio.Transport):
 
     def is_reading(self) -> bool:
         return self.reading
+
+    def write_eof(self) -> None:
+        self.eof_written = True
 
     def close(self) -> None:
         self.closed = True

@@ -1,21 +1,16 @@
-"""The guard's state machine (http/guard.py) and a connection's bounds (http/conn.py), driven by
-fake connections, a fake transport and a fake clock: no sockets, no event loop, no waiting.
+"""The guard's state machine (http/guard.py), driven by fake connections and a fake clock: no
+sockets, no event loop, no waiting (a connection's own states: test_conn_states.py).
 
 What each test pins down was a real failure mode of a listener: a slowloris head held forever, a
-scraper evicted by idle attackers, pipelined requests that ran past the deadline, a client that
-never reads growing podgpu's memory, a bad request echoed back."""
+scraper evicted by idle attackers, pipelined requests that ran past the deadline."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 
-import pytest
-
-from podgpu.http.app import App, Response
-from podgpu.http.conn import MIN_STEP, READ_SIZE, Connection, Listener
 from podgpu.http.guard import ConnectionGuard, Limits
-from tests.unit.http.fakes import FakeConn, FakeTransport, Scheduler
+from tests.unit.http.fakes import FakeConn, Scheduler
 
 LIMITS = Limits(max_connections=3, request_timeout=15.0, keepalive_timeout=75.0)
 
@@ -149,95 +144,11 @@ def test_close_all_closes_every_state_politely() -> None:
     assert guard.open_connections == 0 and clock.pending == 0
 
 
-# --- one connection's bounds (http/conn.py) on a fake transport
-
-BODY = bytes(range(256)) * 400  # 100 KiB
-
-
-def connection(room: int = 1 << 30) -> tuple[Connection, FakeTransport, ConnectionGuard,
-                                            Scheduler]:
-    app = App()
-    app.add_get("/metrics", lambda _r: Response.of(200, BODY, "text/plain"))
-    app.add_get("/who", lambda r: Response.text(200, r.remote))
-    guard, clock = make_guard(cap=10)
-    conn = Listener(app, guard)()
-    transport = FakeTransport(conn, room)
-    conn.connection_made(transport)
-    return conn, transport, guard, clock
-
-
-def send(conn: Connection, data: bytes) -> None:
-    """What asyncio does for a BufferedProtocol: fill its buffer, report the count."""
-    for i in range(0, len(data), READ_SIZE):
-        chunk = data[i:i + READ_SIZE]
-        buf = conn.get_buffer(len(chunk))
-        buf[:len(chunk)] = chunk
-        conn.buffer_updated(len(chunk))
-
-
-GET = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n"
-
-
-def test_a_reading_client_gets_its_answer_and_the_connection_goes_idle() -> None:
-    conn, t, guard, _ = connection()
-    send(conn, GET)
-    head, _, body = bytes(t.sent).partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200 OK") and b"\r\nServer: podgpu" in head
-    assert body == BODY and guard.state(conn) == "idle" and t.reading
-    send(conn, GET * 3)  # answered at once: reading never paused (no epoll calls per request)
-    assert t.sent.count(b"HTTP/1.1 200 OK") == 4 and t.pauses == 0
-
-
-def test_a_pipelining_client_that_never_reads_holds_one_step_and_reading_pauses() -> None:
-    conn, t, guard, clock = connection(room=0)  # the kernel takes nothing more
-    send(conn, GET * 60)  # one read's worth of pipelined requests
-    assert not t.reading  # no more requests are read while an answer is pending
-    assert len(t.buffered) <= MIN_STEP + 512  # one step (and the head) held by podgpu
-    assert t.sent == b""
-    assert guard.state(conn) == "fresh"
-    clock.advance(15.1)  # the deadline covers the answer that is not read
-    assert t.aborted and guard.timed_out == 1
-
-
-def test_a_slow_reader_gets_every_pipelined_answer_one_step_at_a_time() -> None:
-    conn, t, guard, clock = connection(room=0)
-    send(conn, GET * 3)
-    for _ in range(3 * len(BODY) // MIN_STEP + 10):  # the peer reads what is queued, no more
-        assert len(t.buffered) <= MIN_STEP + 512
-        t.drain(room=0)
-    answers = t.sent.split(b"HTTP/1.1 200 OK")[1:]
-    assert len(answers) == 3 and all(a.endswith(b"\r\n\r\n" + BODY) for a in answers)
-    assert guard.state(conn) == "idle" and t.reading
-    clock.advance(14)
-    assert not t.aborted
-
-
-@pytest.mark.parametrize("request_bytes", [
-    b"GET /metrics HTTP/9.9\r\nHost: x\r\n\r\n",
-    b"GET /" + b"A" * 40_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
-    b"GET /metrics HTTP/1.1\r\n" + b"X-A: b\r\n" * 65 + b"\r\n",
-    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,
-])
-def test_a_bad_request_gets_a_short_400_echoing_nothing_and_the_connection_closes(
-        request_bytes: bytes) -> None:
-    conn, t, _, _ = connection()
-    send(conn, request_bytes)
-    head, _, body = bytes(t.sent).partition(b"\r\n\r\n")
-    assert head.split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
-    assert body == b"400 Bad Request\n"
-    assert b"AAAA" not in t.sent and b"9.9" not in t.sent and b"X-A" not in t.sent
-    assert t.closed or t.aborted
-
-
-def test_a_request_names_its_peer() -> None:
-    conn, t, _, _ = connection()
-    send(conn, b"GET /who HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert t.sent.endswith(b"\r\n\r\n192.0.2.7")
+# --- giving memory back (http/budget.py MemoryReturn)
 
 
 def test_memory_is_handed_back_after_a_wave_of_closes_not_under_steady_churn() -> None:
-    from podgpu.http.conn import MemoryReturn
+    from podgpu.http.budget import MemoryReturn
 
     async def main() -> tuple[bool, bool]:
         steady = MemoryReturn()
@@ -256,7 +167,7 @@ def test_memory_is_handed_back_after_a_wave_of_closes_not_under_steady_churn() -
 
 
 def test_a_trim_runs_once_per_wave_and_again_while_connections_keep_closing() -> None:
-    from podgpu.http.conn import MemoryReturn
+    from podgpu.http.budget import MemoryReturn
 
     class Now(MemoryReturn):
         TRIM_SECONDS = 0.0  # the trim's delay is not what this test is about
@@ -284,3 +195,19 @@ def test_a_trim_runs_once_per_wave_and_again_while_connections_keep_closing() ->
         return seen
 
     assert asyncio.run(main()) == [(1, False), (3, False)]
+
+
+def test_a_lingering_connection_is_reset_after_the_linger_and_goes_first_at_the_cap() -> None:
+    from podgpu.http.guard import LINGER_SECONDS
+
+    guard, clock = make_guard(cap=2)
+    a, b = open_(guard, "a", "b")
+    guard.closing(b)  # its last answer is written
+    guard.completed(b)  # a late event changes nothing: it stays closing
+    assert guard.state(b) == "closing"
+    (c,) = open_(guard, "c")  # at the cap: the lingering one goes, not the fresh one
+    assert b.aborted and not a.aborted and guard.state(c) == "fresh"
+    (d,) = open_(guard, "d")
+    guard.closing(d)  # evicted a (fresh) for d; now d lingers
+    clock.advance(LINGER_SECONDS + 0.01)
+    assert d.aborted and guard.state(d) is None and guard.timed_out == 0

@@ -1,0 +1,87 @@
+"""The TLS record layer read by podgpu itself before OpenSSL sees a byte of a connection.
+
+Why: OpenSSL buffers a handshake message whole before it looks at it, up to ~128 KiB for a
+ClientHello, so 2,000 clients that each sent most of one and stopped held +348 MiB of the agent
+(bench/RESULTS.md "Listener memory budget"). Here a connection's first flight is held as plain
+bytes until its ClientHello message is whole, and refused at once when the message's own length
+field says it is over MAX_HELLO; only then is an `ssl.SSLObject` made and fed those bytes. The
+rest of the handshake (a client certificate chain, the Finished message) is bounded by
+MAX_HANDSHAKE_INPUT, the bytes OpenSSL may be fed before the handshake completes.
+
+Record and message layout: RFC 8446 section 5.1 (TLSPlaintext: type, legacy version, 16-bit
+length of at most 2^14, no zero-length handshake fragments) and section 4 (Handshake: type, 24-bit
+length; client_hello is type 1).
+"""
+
+from __future__ import annotations
+
+RECORD_HEADER = 5
+MAX_PLAINTEXT = 16384
+"""The largest plaintext record payload (RFC 8446 section 5.1; Go's crypto/tls `maxPlaintext`)."""
+MAX_HELLO = 16384
+"""The largest ClientHello message accepted, in bytes. A browser's or Go's ClientHello is under
+2 KiB, under ~8 KiB with post-quantum key shares; this leaves twice that, and one plaintext
+record always holds it. Go's crypto/tls (src/crypto/tls/common.go, `maxHandshake = 65536`)
+refuses any handshake message over 64 KiB; this is a quarter of that."""
+MAX_HELLO_BYTES = 2 * MAX_HELLO
+"""Raw bytes held for one ClientHello (records of tiny fragments carry 5 header bytes each)."""
+MAX_HANDSHAKE_INPUT = 64 * 1024
+"""Bytes OpenSSL is fed before the handshake completes (ClientHello, client certificate chain,
+Finished): all OpenSSL can buffer for a connection that never completes its handshake."""
+_HANDSHAKE = 22
+_CLIENT_HELLO = 1
+
+
+class Refused(Exception):
+    """The first flight is not a ClientHello podgpu accepts; the message says why."""
+
+
+class HelloGate:
+    """Holds a connection's first bytes until its ClientHello message is whole."""
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held = b""
+
+    def feed(self, data: bytes) -> bytes | None:
+        """Every byte received so far once the ClientHello is whole (to go to OpenSSL), else
+        None (held). Raises Refused on a record or message podgpu does not accept."""
+        held = self.held + data
+        self.held = held
+        if hello_complete(held):
+            self.held = b""
+            return held
+        if len(held) > MAX_HELLO_BYTES:
+            raise Refused("ClientHello spread over too many records")
+        return None
+
+
+def hello_complete(raw: bytes) -> bool:
+    """True when `raw` (a connection's first bytes) holds a whole ClientHello message; False
+    when more bytes are needed. Raises Refused when what is there is not acceptable."""
+    message = bytearray()
+    at = 0
+    while at + RECORD_HEADER <= len(raw):
+        kind, major = raw[at], raw[at + 1]
+        length = int.from_bytes(raw[at + 3:at + 5], "big")
+        if kind != _HANDSHAKE:
+            raise Refused("not a TLS handshake record" if at == 0 else
+                          "a record of another type inside the ClientHello")
+        if major != 3:
+            raise Refused("not a TLS record version")
+        if length == 0 or length > MAX_PLAINTEXT:
+            raise Refused(f"handshake record of {length} bytes")
+        message += raw[at + RECORD_HEADER:at + RECORD_HEADER + length]
+        at += RECORD_HEADER + length
+        if len(message) >= 4:
+            if message[0] != _CLIENT_HELLO:
+                raise Refused("the first handshake message is not a ClientHello")
+            size = int.from_bytes(message[1:4], "big")
+            if size > MAX_HELLO:
+                raise Refused(f"ClientHello of {size} bytes (at most {MAX_HELLO})")
+            if len(message) >= 4 + size:
+                return True
+    if at < len(raw) and raw[at] != _HANDSHAKE:
+        raise Refused("not a TLS handshake record")
+    return False

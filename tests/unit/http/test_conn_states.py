@@ -1,0 +1,326 @@
+"""One connection (http/conn.py) as the state machine of http/states.py, driven through a fake
+transport, a fake clock and fake loop turns: no sockets, no waiting. TLS bytes come from a real
+OpenSSL client (`ssl.SSLObject` over memory BIOs).
+
+Each test pins down a failure a listener had: pipelined answers spliced into each other, a
+request body read to its end before the answer, `Expect: 100-continue` never answered, a
+smuggled request answered after Content-Length with Transfer-Encoding, a 400 eaten by a reset,
+a stalled ClientHello buffered by OpenSSL, a client that never reads growing podgpu's memory."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from podgpu.http.app import App, Response
+from podgpu.http.budget import MemoryBudget
+from podgpu.http.conn import DISCARD_LIMIT, Connection
+from podgpu.http.guard import LINGER_SECONDS, ConnectionGuard, Limits
+from podgpu.http.listener import READ_SIZE, Listener
+from podgpu.http.sockio import MIN_STEP
+from podgpu.http.states import TRANSITIONS, Event, InvalidTransition, Machine, State
+from podgpu.http.tlsgate import MAX_HELLO
+from tests.harness import unverified_tls
+from tests.tlsutil import Pki
+from tests.unit.http.fakes import FakeTransport, Scheduler
+
+BODY = bytes(range(256)) * 400  # 100 KiB
+GET = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: identity\r\n\r\n"
+
+
+class Turns:
+    """The event loop's `call_soon`, run by hand."""
+
+    def __init__(self) -> None:
+        self.queue: list[Callable[[], None]] = []
+
+    def __call__(self, fn: Callable[[], None]) -> object:
+        self.queue.append(fn)
+        return None
+
+    def run(self) -> None:
+        while self.queue:
+            self.queue.pop(0)()
+
+
+def connection(room: int = 1 << 30, *, tls: ssl.SSLContext | None = None,
+               budget: int | None = None) -> tuple[Connection, FakeTransport, ConnectionGuard,
+                                                   Scheduler, Turns]:
+    app = App()
+    app.add_get("/metrics", lambda _r: Response.of(200, BODY, "text/plain"))
+    app.add_get("/n", lambda r: Response.text(200, r.headers.get("x-n", "")))
+    clock = Scheduler()
+    limits = Limits(max_connections=10, memory_budget=budget or 16 << 20)
+    guard = ConnectionGuard(limits, call_later=clock.call_later, cap=10)
+    listener = Listener(app, guard, ssl_context=tls)
+    turns = Turns()
+    listener.call_soon = turns
+    conn = listener()
+    transport = FakeTransport(conn, room)
+    conn.connection_made(transport)
+    return conn, transport, guard, clock, turns
+
+
+def send(conn: Connection, data: bytes, size: int = READ_SIZE,
+         transport: FakeTransport | None = None) -> None:
+    """What asyncio does for a BufferedProtocol: fill its buffer, report the count (while
+    `transport` reads, when given; the kernel keeps the rest)."""
+    for i in range(0, len(data), size):
+        if transport is not None and not transport.reading:
+            return
+        chunk = data[i:i + size]
+        buf = conn.get_buffer(len(chunk))
+        buf[:len(chunk)] = chunk
+        conn.buffer_updated(len(chunk))
+
+
+def answers(raw: bytes) -> list[tuple[bytes, bytes]]:
+    """(status line, body) of each answer in `raw`, read by Content-Length as a client would."""
+    out = []
+    while raw:
+        head, sep, rest = raw.partition(b"\r\n\r\n")
+        assert sep, raw[:200]
+        lines = head.split(b"\r\n")
+        length = next(int(v) for n, _, v in (x.partition(b": ") for x in lines[1:])
+                      if n.lower() == b"content-length")
+        out.append((lines[0], rest[:length]))
+        raw = rest[length:]
+    return out
+
+
+# --- the table
+
+
+def test_every_listed_transition_is_taken_and_any_other_is_refused() -> None:
+    for (state, event), nxt in TRANSITIONS.items():
+        m = Machine(state)
+        assert m.fire(event) is nxt
+    m = Machine(State.IDLE)
+    with pytest.raises(InvalidTransition):
+        m.fire(Event.ANSWERED)  # nothing was being answered
+    assert m.state is State.IDLE
+    assert all((s, Event.CLOSE) in TRANSITIONS for s in State)
+    assert {nxt for nxt in TRANSITIONS.values()} == set(State) - {State.HELLO}
+
+
+# --- HTTP/1.1
+
+
+def test_a_reading_client_is_answered_and_the_connection_goes_idle() -> None:
+    conn, t, guard, _, _ = connection()
+    send(conn, GET)
+    assert answers(bytes(t.sent)) == [(b"HTTP/1.1 200 OK", BODY)]
+    assert conn.state is State.IDLE and guard.state(conn) == "idle" and t.reading
+    send(conn, GET * 3)  # written at once: reading is never paused (no epoll calls)
+    assert len(answers(bytes(t.sent))) == 4 and t.pauses == 0
+
+
+@pytest.mark.parametrize("split", [1, 7, READ_SIZE])
+def test_pipelined_requests_from_a_slow_reader_are_answered_whole_and_in_order(
+        split: int) -> None:
+    conn, t, guard, clock, turns = connection(room=0)
+    pipelined = b"".join(b"GET /n HTTP/1.1\r\nHost: x\r\nX-N: %d\r\n\r\n" % i for i in range(4))
+    send(conn, pipelined + GET, size=split)
+    for _ in range(4 * len(BODY) // MIN_STEP):  # the peer takes what is queued, no more
+        assert len(t.buffered) <= MIN_STEP + 512
+        t.drain(room=0)
+        turns.run()
+    got = answers(bytes(t.sent))
+    assert got == [(b"HTTP/1.1 200 OK", str(i).encode()) for i in range(4)] + [
+        (b"HTTP/1.1 200 OK", BODY)]
+    assert conn.state is State.IDLE and guard.state(conn) == "idle" and t.reading
+    clock.advance(14)
+    assert not t.aborted
+
+
+def test_a_client_that_never_reads_holds_one_step_and_reading_pauses() -> None:
+    conn, t, guard, clock, _ = connection(room=0)
+    send(conn, GET * 60, transport=t)
+    assert not t.reading and conn.state is State.ANSWER
+    assert len(t.buffered) <= MIN_STEP + 512
+    # charged: the unsent copy and the unparsed requests of one read
+    assert len(t.buffered) < guard.budget.held(conn) <= len(t.buffered) + READ_SIZE
+    clock.advance(15.1)  # the request deadline covers an answer that is not read
+    assert t.aborted and guard.timed_out == 1 and guard.budget.total == 0
+
+
+def test_resume_writing_writes_in_the_next_loop_turn_not_inside_the_transport() -> None:
+    conn, t, _, _, turns = connection(room=0)
+    send(conn, GET)
+    sent, buffered = len(t.sent), len(t.buffered)
+    t.drain(room=0)  # the transport calls resume_writing from inside its write handler
+    assert len(t.sent) == sent + buffered and not t.buffered  # nothing written in there
+    assert len(turns.queue) == 1
+    turns.run()
+    assert len(t.buffered) == MIN_STEP  # the next step, in the loop's next turn
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /metrics HTTP/9.9\r\nHost: x\r\n\r\n",
+    b"GET /" + b"A" * 40_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /metrics HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    b"GET /metrics HTTP/1.1\r\n" + b"X-A: b\r\n" * 65 + b"\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40,
+])
+def test_a_bad_request_gets_a_400_echoing_nothing_delivered_before_a_polite_close(
+        request_bytes: bytes) -> None:
+    conn, t, guard, _, _ = connection()
+    send(conn, request_bytes)
+    assert answers(bytes(t.sent)) == [(b"HTTP/1.1 400 Bad Request", b"400 Bad Request\n")]
+    assert b"AAAA" not in t.sent and b"9.9" not in t.sent and b"X-A" not in t.sent
+    # our side is shut after the 400, the peer's bytes are still read: no reset eats the 400
+    assert t.eof_written and not t.closed and not t.aborted and t.reading
+    assert conn.state is State.LINGER and guard.state(conn) == "closing"
+    assert conn.eof_received() is None  # the peer closes: so do we, politely
+    assert t.closed and not t.aborted and conn.state is State.CLOSED
+
+
+def test_a_peer_that_does_not_close_after_the_last_answer_is_reset_after_the_linger() -> None:
+    conn, t, _, clock, _ = connection()
+    send(conn, b"GET /metrics HTTP/1.0\r\n\r\n")
+    assert answers(bytes(t.sent))[0][0] == b"HTTP/1.1 200 OK" and b"Connection: close" in t.sent
+    assert conn.state is State.LINGER
+    clock.advance(LINGER_SECONDS + 0.01)
+    assert t.aborted
+
+
+def test_a_request_with_a_body_is_answered_at_once_and_its_body_dropped_up_to_a_bound() -> None:
+    conn, t, _, _, _ = connection()
+    send(conn, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n"
+               b"Expect: 100-continue\r\n\r\n")
+    # the final status at once (RFC 9110 section 10.1.1), before any byte of the body
+    assert answers(bytes(t.sent))[0][0] == b"HTTP/1.1 405 Method Not Allowed"
+    assert b"Connection: close" in t.sent and t.eof_written and conn.state is State.LINGER
+    chunk = b"x" * 65536
+    for _ in range(DISCARD_LIMIT // len(chunk)):
+        send(conn, chunk, size=len(chunk))
+    assert not t.aborted  # what a client had in flight is read and dropped...
+    send(conn, chunk, size=len(chunk))
+    assert t.aborted  # ...up to the bound; then a reset
+
+
+def test_content_length_with_transfer_encoding_gets_one_400_and_the_smuggled_request_none(
+        ) -> None:
+    conn, t, _, _, _ = connection()
+    smuggled = b"GET /n HTTP/1.1\r\nHost: x\r\nX-N: smuggled\r\n\r\n"
+    send(conn, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled)
+    assert answers(bytes(t.sent)) == [(b"HTTP/1.1 400 Bad Request", b"400 Bad Request\n")]
+    assert conn.state is State.LINGER and b"smuggled" not in t.sent
+
+
+def test_a_half_closed_client_gets_its_answers_and_then_the_close() -> None:
+    conn, t, _, _, turns = connection(room=0)
+    send(conn, GET * 2)
+    assert conn.eof_received() is True  # the transport stays open for the answers
+    for _ in range(3 * len(BODY) // MIN_STEP):
+        t.drain(room=0)
+        turns.run()
+    assert [a[0] for a in answers(bytes(t.sent))] == [b"HTTP/1.1 200 OK"] * 2
+    assert t.closed and not t.aborted
+
+
+# --- TLS, and the memory budget
+
+
+@pytest.fixture(scope="module")
+def server_tls(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
+    leaf = Pki(Path(tmp_path_factory.mktemp("pki")), "unit").leaf("server", server=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(leaf.cert, leaf.key)
+    return ctx
+
+
+def client_hello() -> tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO, bytes]:
+    """A real OpenSSL client's first flight."""
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = unverified_tls().wrap_bio(inc, out, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        obj.do_handshake()
+    return obj, inc, out, out.read()
+
+
+def test_tls_pipelined_requests_in_odd_record_splits_are_answered_whole_and_in_order(
+        server_tls: ssl.SSLContext) -> None:
+    conn, t, _, _, turns = connection(room=0, tls=server_tls)
+    client, inc, out, hello = client_hello()
+    send(conn, hello, size=3)  # the ClientHello in 3-byte reads
+    assert conn.state is State.HANDSHAKE
+    inc.write(bytes(t.sent) + bytes(t.buffered))
+    t.sent.clear()
+    t.buffered.clear()
+    client.do_handshake()
+    for i in range(4):  # one record per request
+        client.write(b"GET /n HTTP/1.1\r\nHost: x\r\nX-N: %d\r\n\r\n" % i)
+    client.write(GET)
+    send(conn, out.read(), size=5)
+    assert conn.state is State.ANSWER
+    for _ in range(2 * len(BODY) // MIN_STEP):  # a small receive window
+        t.drain(room=0)
+        turns.run()
+    inc.write(bytes(t.sent))
+    plain = b""
+    while True:
+        try:
+            plain += client.read(65536)
+        except ssl.SSLWantReadError:
+            break
+    assert answers(plain) == [(b"HTTP/1.1 200 OK", str(i).encode()) for i in range(4)] + [
+        (b"HTTP/1.1 200 OK", BODY)]
+    assert conn.state is State.IDLE
+
+
+def test_a_clienthello_larger_than_the_cap_is_refused_from_its_length_field(
+        server_tls: ssl.SSLContext) -> None:
+    conn, t, guard, _, _ = connection(tls=server_tls)
+    size = 128 * 1024  # spread over 8 records of 16 KiB; the first says how long it is
+    send(conn, b"\x16\x03\x01\x40\x00" + b"\x01" + size.to_bytes(3, "big") + b"\x03\x03")
+    assert t.aborted and conn.state is State.CLOSED and guard.budget.total == 0
+
+
+def test_a_clienthello_arriving_is_held_by_podgpu_and_charged_to_the_budget(
+        server_tls: ssl.SSLContext) -> None:
+    conn, t, guard, _, _ = connection(tls=server_tls)
+    size = MAX_HELLO - 100
+    start = b"\x16\x03\x01\x40\x00" + b"\x01" + size.to_bytes(3, "big")
+    send(conn, start + b"\x00" * 4000)
+    assert conn.state is State.HELLO and not t.aborted
+    assert guard.budget.held(conn) == len(start) + 4000
+
+
+def test_over_the_budget_the_connections_holding_the_most_go_first_never_idle_scrapers(
+        server_tls: ssl.SSLContext) -> None:
+    conn, t, guard, _, _ = connection(tls=server_tls, budget=1)
+    send(conn, b"\x16\x03\x01\x40\x00\x01\x00\x10")  # 8 bytes held: over a 1-byte budget
+    assert t.aborted and guard.budget.evicted == 1
+
+
+class Holder:
+    def __init__(self, name: str, born: int) -> None:
+        self.peer, self.born, self.aborted = name, born, False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def test_the_budget_sheds_the_largest_then_the_oldest_down_to_three_quarters() -> None:
+    budget = MemoryBudget(1000)
+    a, b, c, d = (Holder(n, i) for i, n in enumerate("abcd"))
+    budget.charge(a, 300)
+    budget.charge(b, 300)
+    budget.charge(c, 100)
+    budget.charge(d, 0)  # a scraper between requests holds nothing
+    assert budget.total == 700 and not any(h.aborted for h in (a, b, c, d))
+    budget.charge(c, 500)  # 1100: c holds the most
+    assert c.aborted and not a.aborted and budget.total == 600 and budget.evicted == 1
+    budget.charge(d, 500)  # 1100 again: d holds the most, then a (older than b)
+    assert d.aborted and budget.total == 600 and not a.aborted
+    budget.charge(b, 700)  # 1000 + ... b 700, a 300: 1000 is not over
+    assert not b.aborted
+    budget.charge(a, 400)  # 1100: b (700) goes; 400 left
+    assert b.aborted and not a.aborted and budget.total == 400
+    budget.release(a)
+    assert budget.total == 0
