@@ -3,7 +3,8 @@
 Grammar (dcgm-exporter's source, plus the `g+i` form its Helm chart documents):
 `f` (flex: every GPU, and the GPU instances of MIG-enabled GPUs; the default), `g[:RANGE]`
 (whole GPUs), `i[:RANGE]` (MIG GPU instances), `g[:RANGE]+i[:RANGE]` (both). RANGE is a
-comma-separated list of numbers and `a-b` spans: GPU indexes for `g`, GPU-instance ids for `i`.
+comma-separated list of numbers and `a-b` spans: GPU indexes for `g`, DCGM GPU-instance entity
+ids for `i` (backends/select.py says how DCGM numbers them).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def mig_gpu() -> FakeGpu:
 
 
 @pytest.mark.parametrize(("spec", "parent", "instances"), [
-    ("f", False, [1, 2]), ("i", False, [1, 2]), ("i:2", False, [2]), ("g", True, []),
+    ("f", False, [1, 2]), ("i", False, [1, 2]), ("i:1", False, [2]), ("g", True, []),
     ("g+i", True, [1, 2])])
 def test_a_lost_mig_gpu_keeps_its_last_known_instances(
         spec: str, parent: bool, instances: list[int]) -> None:

@@ -58,8 +58,8 @@ def test_gpu_instance_and_combined_selections() -> None:
     assert keys("g") == [(0, None), (1, None)]
     assert keys("g:1") == [(1, None)]
     assert keys("i") == [(1, 1), (1, 2)]
-    assert keys("i:2") == [(1, 2)]
-    assert keys("g:0+i:1") == [(0, None), (1, 1)]
+    assert keys("i:8") == [(1, 2)]  # DCGM entity ids: GPU 1's instances are 7 and 8
+    assert keys("g:0+i:7") == [(0, None), (1, 1)]
 
 
 def test_selection_on_the_simulated_node() -> None:
@@ -70,7 +70,8 @@ def test_selection_on_the_simulated_node() -> None:
 
 
 @pytest.mark.parametrize(("spec", "needle"), [("g:7", "no GPU 7 on this node (present: 0, 1)"),
-                                              ("i:9", "no MIG GPU instance 9 on this node")])
+                                              ("i:2", "no MIG GPU instance (DCGM entity id) 2 "
+                                                       "on this node (present: 7, 8)")])
 def test_absent_devices_are_refused_at_open(spec: str, needle: str) -> None:
     b = SelectedBackend(MigNode(), parse_device_selection(spec))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="^--devices: " + needle.replace("(", r"\(")
@@ -136,3 +137,44 @@ def test_flex_on_a_mixed_node_has_no_parent_series_for_mig_gpus_and_sums_match()
     both = exported("g+i")
     assert sorted((lb["gpu"], lb.get("GPU_I_ID", "")) for lb, _ in both["DCGM_FI_DEV_FB_USED"]) == [
         ("0", ""), ("1", ""), ("1", "1"), ("1", "5"), ("1", "9")]  # asked for: the parent too
+
+
+def mig(gpu: int, gi: int, profile: str, model: str = "NVIDIA H100 80GB HBM3") -> Device:
+    return Device(gpu, f"GPU-{gpu}", "0000:18:00.0", f"nvidia{gpu}", model, profile, gi,
+                  f"MIG-{gpu}-{gi}")
+
+
+def test_instance_ranges_are_dcgms_entity_ids() -> None:
+    """DCGM numbers a GPU's instances gpuId x nvmlDeviceGetMaxMigDeviceCount + their position
+    as it enumerates them: by GPU-instance profile id, then (within one profile) in NVML's order
+    (NVIDIA/DCGM dcgmlib/src/DcgmCacheManager.cpp: `gpuInfo.gpuId * gpuInfo.maxGpcs +
+    gpuInfo.instances.size()` inside the loop over GpuInstanceProfiles, profile index 0, 1, ...;
+    NVML_GPU_INSTANCE_PROFILE_* ids from nvml.h). dcgm-exporter's `-d i:N` names that id
+    (internal/pkg/deviceinfo/device_info.go gpuInstanceIDExists compares EntityId)."""
+    from podgpu.backends.select import entity_ids
+
+    # GPU 0 with GPU instances 1 and 2 of one profile: entity ids 0 and 1, so `-d i:0`, which
+    # dcgm-exporter starts with, is instance 1
+    two = [mig(0, 1, "3g.40gb"), mig(0, 2, "3g.40gb")]
+    assert entity_ids(two) == {"MIG-0-1": 0, "MIG-0-2": 1}
+    # mixed profiles on GPU 1 (7 instances at most per GPU: ids from 7): 1-slice (profile id 0)
+    # before 2-slice (1) before 3-slice (2), whatever their GPU-instance ids
+    mixed = [mig(1, 1, "3g.40gb"), mig(1, 2, "1g.10gb"), mig(1, 5, "1g.10gb"),
+             mig(1, 3, "2g.20gb")]
+    assert entity_ids(mixed) == {"MIG-1-2": 7, "MIG-1-5": 8, "MIG-1-3": 9, "MIG-1-1": 10}
+    # variants after the plain profiles: 1g.10gb (0), 1g.10gb+me (REV1, 7), 1g.20gb (REV2, 9)
+    variants = [mig(0, 3, "1g.20gb"), mig(0, 4, "1g.10gb+me"), mig(0, 9, "1g.10gb")]
+    assert entity_ids(variants) == {"MIG-0-9": 0, "MIG-0-4": 1, "MIG-0-3": 2}
+    # an A30 has 4 instances at most: GPU 2's first is 8
+    assert entity_ids([mig(2, 1, "1g.6gb", "NVIDIA A30")]) == {"MIG-2-1": 8}
+
+
+def test_i_0_starts_where_dcgm_exporter_starts() -> None:
+    """The simulated node of docs/attribution.md: GPU 0 with GPU instances 1 and 2."""
+    from podgpu.sim.scenario import parse_scenario
+
+    s = parse_scenario({"mig": [{"gpu": 0, "instances": ["3g.40gb", "3g.40gb"]}], "pods": []})
+    b = SelectedBackend(SimulatedBackend(1, MODELS["A100"], scenario=s),
+                        parse_device_selection("i:0"))
+    b.open()
+    assert [s.device.mig_gi_id for s in b.read(FIELDS).samples] == [1]
