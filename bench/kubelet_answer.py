@@ -7,9 +7,9 @@ A real gRPC PodResources server (tests/integration/kubelet_fake.py) in this proc
 `List` answer just under the kubelet's 16 MiB limit; a child process (`--client SOCKET`) runs
 `PodResourcesClient.poll_once()` on it twice (the second answer is the same) and reports its RSS
 before, after each poll and at its peak (VmHWM), and what its state keeps. Each shape runs twice:
-`before` decodes as the client did until the compact form (`before_client` below: the whole
-message, then every `ContainerDevices` message of every resource kept as one entry), `after` as
-it does now. Shapes:
+`before` receives and decodes as the client did until the compact form (`before_client` below:
+the answer copied out of the receive buffer, the whole message decoded, then every
+`ContainerDevices` message of every resource kept as one entry), `after` as it does now. Shapes:
 
 - `replicas`: every id a time-sliced replica (`<uuid>::<n>`) of `nvidia.com/gpu`, 1,000 per
   pod: the answer is all GPU holders' ids;
@@ -56,8 +56,8 @@ def before_client(sock: str) -> Any:
         last: tuple[bytes, tuple[Any, ...]] | None = None
 
         def _call_list(self) -> tuple[kubelet.ContainerDevices, ...]:
-            data = unary(sock, kubelet.LIST_METHOD, b"", timeout=30.0,
-                         max_bytes=kubelet.MAX_RECEIVE_BYTES)
+            data = bytes(unary(sock, kubelet.LIST_METHOD, b"", timeout=30.0,
+                               max_bytes=kubelet.MAX_RECEIVE_BYTES))  # as it was: a copy
             digest = hashlib.blake2b(data, digest_size=16).digest()
             if self.last is not None and self.last[0] == digest:
                 return self.last[1]

@@ -95,7 +95,7 @@ def stale_after(collect_interval: float) -> float:
     return collect_interval + list_deadline(collect_interval)
 
 
-def pod_messages(answer: bytes) -> Iterator[memoryview]:
+def pod_messages(answer: bytes | memoryview) -> Iterator[memoryview]:
     """The serialized `PodResources` messages of a serialized `ListPodResourcesResponse` (its
     field 1, repeated), one after another without copying them; other fields are skipped as
     protobuf skips unknown ones (https://protobuf.dev/programming-guides/encoding/). ValueError
