@@ -89,3 +89,26 @@ def test_serve_caps_hpc_jobs_per_gpu_in_metrics_and_health(agent: Any, tmp_path:
     cut = f"jobs cut at {MAX_JOBS_PER_GPU} per GPU: 0 (500 jobs)"
     assert doc["hpc_job_mapping"]["status"] == cut
     assert f"hpc_job_mapping: {cut}" in doc["warnings"] and doc["status"] == "degraded"
+
+
+def test_hpc_job_ids_are_capped_in_length_too(tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """8 files of 64 ids of 1,000 characters made /metrics 15.9 MB: an id over
+    MAX_JOB_ID_CHARS is skipped (never cut short: two cut ids could become one), logged once,
+    and /health says so."""
+    from podgpu.attribution.hpcjobs import MAX_JOB_ID_CHARS
+
+    ok = "9" * MAX_JOB_ID_CHARS
+    for n in range(8):
+        (tmp_path / str(n)).write_text("".join(f"{i:04d}{'x' * 996}\n" for i in range(64)))
+    (tmp_path / "8").write_text(f"1234_7\n{ok}\n{ok}9\n")
+    mapper = HpcJobMapper(str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        first = mapper.read()
+        mapper.read()
+    assert set(first) == {"8"} and first["8"] == ("1234_7", ok)
+    assert len([r for r in caplog.records if "over 128 characters" in r.getMessage()]) == 9
+    assert mapper.cut
+    status = str(mapper.health()["status"])
+    assert status == ("job ids over 128 characters skipped: 0 (64 ids), 1 (64 ids), 2 (64 ids), "
+                      "3 (64 ids), 4 (64 ids), 5 (64 ids), 6 (64 ids), 7 (64 ids)")
