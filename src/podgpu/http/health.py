@@ -47,7 +47,8 @@ def health(published: Published[Snapshot] | None, now: float, interval: float, b
         reasons.append(f"last collection {age:.1f} s ago (limit {limit:.1f} s)")
     st = snap.stage("backend")
     backend_failed = st is not None and not st.ok and not snap.lost_devices
-    live = sum(1 for s in snap.samples if s.lost is None)
+    gpus = len({s.device.uuid for s in snap.samples if s.lost is None})  # a MIG GPU counts once
+    instances = sum(1 for s in snap.samples if s.lost is None and s.device.is_mig)
     if backend_failed:
         warnings.append(f"backend: {st.error if st is not None and st.error else 'failed'}")
     elif not snap.samples and not snap.lost_devices:
@@ -64,7 +65,8 @@ def health(published: Published[Snapshot] | None, now: float, interval: float, b
         "reasons": reasons,
         "warnings": warnings,
         "backend": backend,
-        "devices": live,
+        "devices": gpus,
+        "mig_instances": instances,
         "lost_devices": [d for d, _ in snap.lost_devices],
         "last_collect_age_seconds": round(age, 3),
         "kubelet": str(snap.attribution_status),

@@ -87,3 +87,21 @@ def test_kubelet_unavailable_does_not_fail_health() -> None:
     # the kubelet is not a GPU: even the strict probe stays up without it
     code, _ = health(pub(snap), snap.taken_at, 1.0, "simulated", strict=True)
     assert code == 200
+
+
+def test_devices_counts_gpus_and_mig_instances_apart() -> None:
+    """A MIG GPU seen as its parent and two instances (-d g+i), beside a whole GPU: 2 GPUs."""
+    from podgpu.backends.select import SelectedBackend
+    from podgpu.fields.catalog import BY_NAME
+    from podgpu.model.selection import parse_device_selection
+    from podgpu.sim.backend import MODELS, SimulatedBackend
+    from podgpu.sim.scenario import parse_scenario
+
+    s = parse_scenario({"mig": [{"gpu": 0, "instances": ["3g.40gb", "3g.40gb"]}], "pods": []})
+    b = SelectedBackend(SimulatedBackend(2, MODELS["A100"], scenario=s, clock=lambda: 1e9),
+                        parse_device_selection("g+i"))
+    r = b.read([BY_NAME["DCGM_FI_DEV_FB_USED"]])
+    assert len(r.samples) == 4
+    snap = Snapshot(taken_at=1e9, samples=r.samples)
+    code, body = health(pub(snap), snap.taken_at, 1.0, "simulated")
+    assert code == 200 and (body["devices"], body["mig_instances"]) == (2, 2)
