@@ -4,7 +4,7 @@
 A scrape costs a memory copy: /metrics answers bytes rendered (and gzipped) by the collect loop
 or the bridge's tick (http.publish); no handler touches the backend, the kubelet or the renderer.
 Connections are http.conn's (h11 under asyncio, TLS through ssl.MemoryBIO), bounded by
-http.guard; the decision and its numbers are in docs/design.md ("The listener").
+http.guard; the decision and its numbers: docs/decisions/0022-listener-h11.md.
 """
 
 from __future__ import annotations
