@@ -52,7 +52,8 @@ MIN_POLL_SECONDS = 0.1
 
 @dataclass(frozen=True, slots=True)
 class ContainerDevices:
-    """One `ContainerDevices` entry of one container of one pod, as the kubelet listed it."""
+    """The ids of one GPU resource that one container of one pod holds (the kubelet's
+    `ContainerDevices` messages of that resource for that container, merged: `flatten`)."""
 
     namespace: str
     pod: str
