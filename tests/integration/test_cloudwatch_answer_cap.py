@@ -7,8 +7,10 @@ and counts: the stand-in served the call, the call ended with an error, memory s
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 
 from podgpu.sinks.cloudwatch.logsapi import MAX_ANSWER_BYTES, AnswerError, LogsApi
 from tests.conftest import free_port
+from tests.harness import wait_for
 from tests.hostile_peers import hostile_peers
 from tests.integration.aws_fakes import aws_env, podgpu_env
 
@@ -46,6 +49,52 @@ def test_an_endless_answer_is_cut_at_the_cap(aws_env: None) -> None:
             api.close()
         assert peers.hits["/huge"] == 1
     assert peak < 4 * MAX_ANSWER_BYTES + (1 << 20)
+
+
+class TrickledBody:
+    """An endpoint whose answer's headers come at once and whose body one byte every 0.2 s,
+    forever (each byte well within the read timeout): only the call's deadline ends it."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
+        self.stop = threading.Event()
+        self.sent = 0
+        self.closed_by_client = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            conn.recv(65536)  # the request (small: one read holds it)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.1\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n")
+            try:
+                while not self.stop.wait(0.2):
+                    conn.sendall(b"1\r\n \r\n")
+                    self.sent += 1
+            except OSError:
+                self.closed_by_client.set()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.listener.close()
+
+
+def test_a_trickled_answer_ends_at_the_calls_deadline(aws_env: None) -> None:
+    peer = TrickledBody()
+    api = LogsApi(region="us-east-1", endpoint_url=peer.url, timeout=1.0)
+    try:
+        with pytest.raises(AnswerError, match="^CloudWatch Logs answer not complete within the "
+                                              "call's deadline"):
+            api.call("DescribeLogGroups", {})
+        wait_for(peer.closed_by_client.is_set, what="the client closed the connection")
+    finally:
+        api.close()
+        peer.close()
+    assert peer.sent >= 1  # it was trickling when the deadline ended the call
 
 
 def test_an_answer_under_the_cap_is_read(aws_env: None) -> None:
