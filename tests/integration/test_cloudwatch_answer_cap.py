@@ -87,8 +87,8 @@ def test_a_trickled_answer_ends_at_the_calls_deadline(aws_env: None) -> None:
     peer = TrickledBody()
     api = LogsApi(region="us-east-1", endpoint_url=peer.url, timeout=1.0)
     try:
-        with pytest.raises(AnswerError, match="^CloudWatch Logs answer not complete within the "
-                                              "call's deadline"):
+        with pytest.raises(AnswerError, match=r"^CloudWatch Logs answer not complete within the "
+                                              r"call's deadline"):
             api.call("DescribeLogGroups", {})
         wait_for(peer.closed_by_client.is_set, what="the client closed the connection")
     finally:
