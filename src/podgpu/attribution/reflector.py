@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from podgpu.attribution.apiserver import ApiCaller
@@ -39,6 +39,8 @@ LIST_PAGE = 100
 MAX_LIST_PAGE_BYTES = 16 * 1024 * 1024
 """Of one list page read (100 objects of 160 KiB each; a pod's JSON is typically 5-20 KiB, a
 Service's 1-2 KiB): past it the page is refused, counted as a failed list and retried."""
+ANTI_SPIN_SECONDS = 1.0
+"""A watch that ends sooner than this is followed by a pause this long."""
 MAX_ERROR_MESSAGE = 300
 """Characters of a watch's ERROR event message kept in the reason."""
 
@@ -60,7 +62,11 @@ class Reflector(Generic[T]):
                  selector: Mapping[str, str] | None = None, list_page: int = LIST_PAGE,
                  watch_timeout_seconds: int = WATCH_TIMEOUT_SECONDS,
                  watch_read_margin_seconds: float = WATCH_READ_MARGIN_SECONDS,
-                 max_backoff_seconds: float = 60.0) -> None:
+                 max_backoff_seconds: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 wait: Callable[[float], bool] | None = None) -> None:
+        """`clock` (monotonic seconds) times a watch; `wait(seconds)` pauses the thread and says
+        whether it was stopped meanwhile (default: the stop event's wait; tests record it)."""
         self.path = path
         self.api = api
         self.cap = cap
@@ -70,8 +76,10 @@ class Reflector(Generic[T]):
         self._read_margin = watch_read_margin_seconds
         self._stop = threading.Event()
         self._synced = threading.Event()
+        self._clock = clock
+        self._wait = wait or self._stop.wait
         self._loop = BackoffLoop(self.step, name=thread_name, first=min(1.0, max_backoff_seconds),
-                                 cap=max_backoff_seconds, every=0.0, wait=self._stop.wait)
+                                 cap=max_backoff_seconds, every=0.0, wait=self._wait)
         self._conn: Connection | None = None
         self._listed = False
         self.resource_version = ""
@@ -135,10 +143,10 @@ class Reflector(Generic[T]):
                 self.api.succeeded()
                 self._synced.set()
             else:
-                started = time.monotonic()
+                started = self._clock()
                 self._watch(self._conn)
-                if time.monotonic() - started < 1.0:  # a proxy closing watches at once
-                    self._stop.wait(1.0)
+                if self._clock() - started < ANTI_SPIN_SECONDS:  # a proxy closing watches
+                    self._wait(ANTI_SPIN_SECONDS)  # at once must not make it spin
             return True
         except Gone:
             self._listed = False
