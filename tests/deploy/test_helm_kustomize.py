@@ -1,0 +1,96 @@
+"""One DaemonSet, two packagings: the chart (real `helm template`) and the kustomize base with
+its components (real `kubectl kustomize`) are rendered for the same configurations and their
+pod specs compared whole, so a fix made in one and not the other fails here.
+
+What may differ, and nothing else: the image reference (an overlay's `images:` against the
+chart's image values), and the hash kustomize's configMapGenerator appends to a ConfigMap's
+name. The release is named podgpu in namespace podgpu, so the chart's names are the base's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.helmchart import CHART, chart, prerender
+from tests.deploy.render import compose, one
+
+ENV = ("podgpu-cloudwatch-env", ("CLUSTER_NAME=my-cluster", "AWS_REGION=us-east-1"))
+IRSA = ("podgpu-irsa", ("ROLE_ARN=arn:aws:iam::111122223333:role/podgpu-cloudwatch",))
+CW = {"enabled": True, "clusterName": "my-cluster", "region": "us-east-1"}
+TLS = {"tlsServerConfig": {"enabled": True}, "webConfig": {"existingSecret": "podgpu-web-config"}}
+
+# name: (chart values, kustomize components in the documented order, generated ConfigMaps)
+SAME: dict[str, tuple[dict[str, Any], tuple[str, ...], tuple[Any, ...]]] = {
+    "base": ({}, (), ()),
+    "prometheus": ({"serviceMonitor": {"enabled": True}}, ("prometheus",), ()),
+    "tls": ({**TLS, "serviceMonitor": {"enabled": True}}, ("prometheus", "tls"), ()),
+    "cloudwatch-pod-identity": ({"cloudwatch": CW}, ("cloudwatch", "cloudwatch-pod-identity"),
+                                (ENV,)),
+    "cloudwatch-irsa": ({"cloudwatch": {**CW, "credentials": "irsa",
+                                        "irsaRoleArn": IRSA[1][0].split("=", 1)[1]}},
+                        ("cloudwatch", "cloudwatch-irsa"), (ENV, IRSA)),
+    "cloudwatch-node-role": ({"cloudwatch": {**CW, "credentials": "nodeRole"}},
+                             ("cloudwatch", "node-role-credentials"), (ENV,)),
+    "container-insights": ({"cloudwatch": {**CW, "containerInsights": {"enabled": True}}},
+                           ("cloudwatch", "cloudwatch-pod-identity", "container-insights"),
+                           (ENV,)),
+    "default-runtime": ({"runtimeClassName": ""}, ("default-runtime",), ()),
+    "gpu-operator": ({"gpuOperator": {"validation": True}}, ("gpu-operator",), ()),
+    "gpu-operator-client": ({"gpuOperator": {"client": True}}, ("gpu-operator-client",), ()),
+    "all": ({**TLS, "serviceMonitor": {"enabled": True},
+             "cloudwatch": {**CW, "containerInsights": {"enabled": True}},
+             "gpuOperator": {"client": True}, "runtimeClassName": ""},
+            ("prometheus", "cloudwatch", "cloudwatch-pod-identity", "container-insights",
+             "default-runtime", "gpu-operator-client", "tls"), (ENV,)),
+}
+HASHED = re.compile(r'"(podgpu-cloudwatch(?:-env)?)-[a-z0-9]{10}"')
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _rendered() -> None:
+    prerender([(values, "podgpu", "podgpu") for values, _, _ in SAME.values()])
+
+
+def normal(spec: dict[str, Any]) -> dict[str, Any]:
+    text = HASHED.sub(r'"\1"', json.dumps(spec, sort_keys=True))
+    out: dict[str, Any] = json.loads(text)
+    for c in (*out["containers"], *out.get("initContainers", ())):
+        c["image"] = "IMAGE"
+    return out
+
+
+def pod_specs(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    values, components, maps = SAME[name]
+    ours = one(list(chart(values)), "DaemonSet")["spec"]
+    theirs = one(list(compose(components, config_maps=maps)), "DaemonSet")["spec"]
+    return ours, theirs
+
+
+@pytest.mark.parametrize("name", SAME)
+def test_the_chart_and_kustomize_render_the_same_pod(name: str) -> None:
+    ours, theirs = pod_specs(name)
+    helm_pod = normal(ours["template"]["spec"])
+    kustomize_pod = normal(theirs["template"]["spec"])
+    if helm_pod != kustomize_pod:
+        diff = difflib.unified_diff(yaml.safe_dump(kustomize_pod).splitlines(),
+                                    yaml.safe_dump(helm_pod).splitlines(),
+                                    "kubectl kustomize", "helm template", lineterm="")
+        pytest.fail(f"{name}: the pod specs differ; change {CHART.relative_to(CHART.parents[2])}"
+                    " or deploy/kubernetes so both say the same:\n" + "\n".join(diff))
+    for key in ("updateStrategy", "minReadySeconds"):
+        assert ours[key] == theirs[key], key
+
+
+def test_the_comparison_sees_a_difference() -> None:
+    """Control: one field changed in the chart's pod spec is a difference after normalising."""
+    ours, theirs = pod_specs("base")
+    changed = json.loads(json.dumps(ours["template"]["spec"]))
+    changed["containers"][0]["args"].append("--log-format=text")
+    assert normal(changed) != normal(theirs["template"]["spec"])
+    assert normal(ours["template"]["spec"]) == normal(theirs["template"]["spec"])
