@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.deploy.render import ROOT
@@ -134,3 +135,66 @@ def test_native_builds_only_this_machines_architecture_even_with_qemu(tmp_path: 
     out = run_arch(env, "native")
     assert "linux/arm64: not built: PODGPU_IMAGE_PLATFORMS=native" in out.stderr, out.stderr
     assert "architectures: amd64 (this machine: amd64)" in out.stderr, out.stderr
+
+
+FAKE_PODMAN = """#!/bin/sh
+echo "$*" >> {log}
+case "$*" in
+  "image inspect --format {{{{.Size}}}} "*) echo 1000 ;;
+  "image inspect --format {{{{.Config.User}}}} "*) echo 0:0 ;;
+  "run -d "*) echo cid ;;
+  "inspect --format {{{{.State.Running}}}} "*) echo true ;;
+  "exec cid python3.13 -c "*) printf 'Uid:\\t0\\t0\\t0\\t0\\nCapEff:\\t0000000000000000\\nNoNewPrivs:\\t1\\n' ;;
+esac
+exit 0
+"""
+FAKE_CURL = """#!/bin/sh
+case "$*" in
+  */health) echo '{"status": "ok"}' ;;
+  */metrics) for g in 0 1 2 3; do echo "DCGM_FI_DEV_GPU_UTIL{gpu=\\"$g\\"} 1"; done
+             echo 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0"} 0' ;;
+esac
+"""
+
+
+def whole_run(tmp: Path, binfmt: dict[str, str], platforms: str) -> tuple[
+        subprocess.CompletedProcess[str], list[str]]:
+    """scripts/image to its end on stand-ins: podman records every call (and says every image
+    exists, a stale :test-arm64 from an earlier run included), curl answers the smoke."""
+    env, _ = arch_path(tmp, binfmt)
+    bin_dir = Path(env["PATH"])
+    log = tmp / "podman.log"
+    (bin_dir / "podman").write_text(FAKE_PODMAN.format(log=log))
+    (bin_dir / "curl").write_text(FAKE_CURL)
+    for name in ("podman", "curl"):
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "python3").symlink_to(Path(sys.executable).resolve())  # not a wrapper script
+    for tool in ("seq", "awk", "wc", "sleep", "tail", "date", "head", "sed"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    out = run_arch({**env, "PODGPU_IMAGE_BASE": "registry"}, platforms)
+    return out, log.read_text().splitlines()
+
+
+def test_an_architecture_not_built_is_never_tagged_or_listed(tmp_path: Path) -> None:
+    """Without QEMU only amd64 is built: the stale :test-arm64 loses its tag and no
+    :test-multiarch list is made (it would claim arm64)."""
+    out, calls = whole_run(tmp_path, {}, "")
+    assert out.returncode == 0, out.stderr
+    assert "untag localhost/podgpu:test-arm64 localhost/podgpu:test-arm64" in calls, calls
+    assert not [c for c in calls if c.startswith(("manifest create", "manifest add"))], calls
+    assert not [c for c in calls if c.startswith("build") and "arm64" in c], calls
+    assert "no manifest list localhost/podgpu:test-multiarch: only amd64 built" in out.stderr
+
+
+def test_both_built_make_the_multiarch_list(tmp_path: Path) -> None:
+    """Control: with QEMU both are built and smoke-tested, then listed; nothing is untagged."""
+    out, calls = whole_run(tmp_path, {"qemu-aarch64": QEMU_AARCH64.format(flags="PF")},
+                           "linux/amd64,linux/arm64")
+    assert out.returncode == 0, out.stderr
+    assert not [c for c in calls if c.startswith("untag")], calls
+    assert "manifest create localhost/podgpu:test-multiarch" in calls
+    adds = [c for c in calls if c.startswith("manifest add")]
+    assert adds == [f"manifest add localhost/podgpu:test-multiarch "
+                    f"containers-storage:localhost/podgpu:test-{a}" for a in ("amd64", "arm64")]
