@@ -517,3 +517,25 @@ def test_the_chart_pod_spec_starts_a_working_exporter(name: str, tmp_path: Path,
             kubelet.stop()
             logs.stop()
 
+
+
+def test_the_release_pushes_the_chart_beside_the_image_signed_the_same_way() -> None:
+    """.github/workflows/release.yml: after the image has passed its checks, the chart is
+    packaged by scripts/helm with the pushed digest, pushed beside the image, signed and
+    verified keyless as the image is, and pulled with no credentials."""
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
+    (job,) = wf["jobs"].values()
+    names = [s.get("name", s.get("uses", "")) for s in job["steps"]]
+    by_name = dict(zip(names, job["steps"], strict=True))
+    package = by_name["Package the Helm chart with the pushed image"]
+    assert "scripts/helm package" in package["run"]
+    assert package["env"]["DIGEST"] == "${{ steps.build.outputs.digest }}"
+    push = by_name["Push, sign and verify the chart"]["run"]
+    assert "helm push" in push and 'cosign sign --yes "$repo/podgpu@$digest"' in push
+    assert "cosign verify" in push and "--certificate-identity" in push
+    pulled = by_name["The chart pulled with no credentials names the pushed image"]
+    assert "HELM_REGISTRY_CONFIG=$(mktemp -d)" in pulled["run"]
+    smoke = names.index("Smoke both pulled platforms (arm64 under QEMU)")
+    assert smoke < names.index("Package the Helm chart with the pushed image")
+    image_sign = by_name["Sign the image (keyless)"]["run"]
+    assert image_sign.startswith("cosign sign --yes")  # the same signing as the image's
