@@ -162,6 +162,10 @@ def test_dpkg_reads_the_database_and_every_package_keeps_its_copyright() -> None
     root = rootfs()
     pkgs = installed(root)
     assert "usr-is-merged" not in pkgs  # mmdebstrap's placeholder, no Debian package
+    # a package whose files scripts/image trims away entirely is not claimed, nor its copyright
+    for trimmed in ("libsqlite3-0", "libdb5.3t64"):
+        assert trimmed not in pkgs and not (root / "usr/share/doc" / trimmed).exists(), trimmed
+    assert sorted(p.name for p in (root / "usr/share/doc").iterdir()) == sorted(pkgs)
     for pkg in pkgs:
         # a documentation directory may be a link to another package's (libstdc++6 ->
         # gcc-14-base): resolved inside the image
