@@ -14,8 +14,8 @@ import pytest
 
 from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.attribution.podwatch import PodWatcher
+from tests.harness import wait_for
 from tests.integration.kube_api_fake import FakeKubeApi, pod
-from tests.integration.kubelet_fake import wait_for
 
 
 class Relay:

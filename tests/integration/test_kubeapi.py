@@ -20,8 +20,8 @@ from podgpu.attribution.kubeapi import (
     in_cluster,
 )
 from podgpu.attribution.podwatch import PodWatcher
+from tests.harness import wait_for
 from tests.integration.kube_api_fake import FakeKubeApi, pod
-from tests.integration.kubelet_fake import wait_for
 
 
 @pytest.fixture

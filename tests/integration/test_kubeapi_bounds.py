@@ -23,9 +23,9 @@ from podgpu.attribution.podwatch import PODS_PATH, PodInfo, PodWatcher
 from podgpu.attribution.reflector import LIST_PAGE as LIST_PAGE_PODS
 from podgpu.attribution.reflector import MAX_LIST_PAGE_BYTES
 from podgpu.peers.capped import OverCap
+from tests.harness import wait_for
 from tests.hostile_peers import hostile_peers
 from tests.integration.kube_api_fake import FakeKubeApi, pod
-from tests.integration.kubelet_fake import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from podgpu.attribution.services import (
     ServiceWatcher,
     parse_service,
 )
-from tests.conftest import wait_for
+from tests.harness import wait_for
 from tests.integration.kube_api_fake import FakeKubeApi, service
 
 TRAINER = (("app", "trainer"), ("tier", "gpu"))  # a pod's labels, sorted as PodInfo keeps them
