@@ -23,7 +23,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from podgpu.config.serve import parse_serve_args
 from podgpu.http.webconfig import parse_web_config
+from tests.conftest import FIXTURES
+from tests.deploy.contract import prepare
 from tests.deploy.helmchart import CHART, chart, helm, prerender, template
 from tests.deploy.render import ROOT, container, one, render
 from tests.deploy.standins import LogsStandIn
@@ -47,8 +50,11 @@ DCGM_USUAL = {  # what a dcgm-exporter chart user sets, under that chart's names
     "nodeSelector": {"node-pool": "gpu"},
     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                   "limits": {"cpu": "200m", "memory": "512Mi"}},
-    "extraEnv": [{"name": "DCGM_EXPORTER_INTERVAL", "value": "30000"}],
+    "extraEnv": [{"name": "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", "value": "device-name"}],
     "arguments": ["-f", "/etc/dcgm-exporter/dcp-metrics-included.csv"],
+    "kubernetes": {"enablePodLabels": True, "enablePodUID": True,
+                   "podLabelAllowlistRegex": ["^app$", "^team$"]},
+    "kubernetesDRA": {"enabled": True},
     "podAnnotations": {"team": "ml"},
     "podLabels": {"cost-center": "gpu"},
     "priorityClassName": "gpu-critical",
@@ -252,7 +258,7 @@ def test_defaults_are_a_prometheus_exporter() -> None:
     assert c["image"] == "podgpu-image-not-set.invalid/podgpu:0.1.0"
 
 
-def test_dcgm_exporter_values_land_where_that_chart_puts_them() -> None:
+def test_dcgm_exporter_values_land_where_that_chart_puts_them(tmp_path: Path) -> None:
     values = DCGM_USUAL
     objs = objects("dcgm-exporter-values")
     ds = one(objs, "DaemonSet")
@@ -264,6 +270,15 @@ def test_dcgm_exporter_values_land_where_that_chart_puts_them() -> None:
     assert c["resources"] == values["resources"]
     assert c["env"][-1] == values["extraEnv"][0]
     assert c["args"][-2:] == values["arguments"]  # after the chart's: the last -f wins
+    # podgpu's own parser on the container's args and literal env: the last -f, and
+    # dcgm-exporter's Kubernetes options under their environment names
+    launch = prepare(objs, tmp_path, pod_resources_dir=tmp_path, proc_fixture=FIXTURES / "proc")
+    settings = parse_serve_args(launch.args[1:], launch.env)
+    assert settings.collect.collectors == str(ROOT / "etc" / "dcp-metrics-included.csv")
+    assert settings.kubernetes.pod_labels is True and settings.kubernetes.pod_uid is True
+    assert settings.kubernetes.label_allowlist == ("^app$", "^team$")
+    assert settings.kubernetes.dra is True
+    assert settings.kubernetes.gpu_id_type == "device-name"  # from extraEnv
     assert tpl["metadata"]["annotations"] == values["podAnnotations"]
     assert tpl["metadata"]["labels"]["cost-center"] == "gpu"
     assert pod["priorityClassName"] == "gpu-critical"
