@@ -116,7 +116,8 @@ def build_plan(lib: Lib, fields: Sequence[Field]) -> Plan:
                 link = int(src.pick) if src.pick else ALL_LINKS  # one link or all
                 rates.append(RateEntry(f, tuple(int(i) for i in ids), link))
         elif src.kind == "call":
-            if resolve(src.ref, f) is None or (src.arg and resolve(src.arg, f) is None):
+            if resolve(src.ref, f) is None or (src.arg and not src.arg.isdigit()
+                                                   and resolve(src.arg, f) is None):
                 continue
             if f.is_label:
                 labels.append(f)
@@ -205,6 +206,8 @@ def call(lib: Lib, handle: Any, ref: str, arg: str) -> Any:
     if ref == "nvmlDeviceGetBrand":
         return _brand_name(lib, m.nvmlDeviceGetBrand(handle))
     fn = getattr(m, ref)
+    if arg.isdigit():  # a count, not a constant: nvmlDeviceGetCpuAffinity's cpuSetSize
+        return fn(handle, int(arg))
     if arg:
         return fn(handle, lib.const(arg))
     return fn(handle)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from podgpu.fields import names
+from podgpu.fields.catalog_more import MORE_CALLS, MORE_FIELD_VALUES
 from podgpu.fields.field import (  # noqa: F401  (re-exported: the catalog's types)
     _ALL_LINKS,
     _PCT,
@@ -305,6 +306,8 @@ CATALOG: tuple[Field, ...] = (
     _f("DCGM_EXP_P2P_STATUS", 9004, "gauge", "int", "enum",
        "P2P NvLink status to each peer GPU (nvmlGpuP2PStatus_t)",
        Source("exporter", "nvmlDeviceGetP2PStatus", arg="NVML_P2P_CAPS_INDEX_NVLINK")),
+    *MORE_FIELD_VALUES,
+    *MORE_CALLS,
 )
 
 # DCGM 4.6 renamed many macros; the old spelling is the metric name (NVML's API reference).
