@@ -1,5 +1,5 @@
-"""A local HTTP stand-in for the Kubernetes pod list/watch API (GET /api/v1/pods), enough for
-the `kubernetes` client: list with a field selector, watch from a resourceVersion with streamed
+"""A local HTTP stand-in for the Kubernetes API podgpu calls (attribution/kubeapi.py): the pod
+list/watch (GET /api/v1/pods) with a field selector, watch from a resourceVersion with streamed
 JSON events, 410 Gone for a too-old version, injected HTTP errors; GET of single ConfigMaps
 (the metric list of `-m NAMESPACE:NAME`) and Nodes; the cluster's Services (GET
 /api/v1/services: list in pages and watch). Records every request."""
@@ -194,19 +194,6 @@ class FakeKubeApi:
                 if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 6 \
                         and parts[4] == "configmaps":
                     self._configmap(parts[3], parts[5])
-                    return
-                # Version and discovery, for clients that read them first (kr8s in the bench).
-                discovery: dict[str, dict[str, Any]] = {
-                    "/version": {"major": "1", "minor": "33", "gitVersion": "v1.33.0"},
-                    "/api": {"kind": "APIVersions", "versions": ["v1"]},
-                    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": []},
-                    "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-                        {"name": n, "singularName": n[:-1], "namespaced": True, "kind": k,
-                         "verbs": ["get", "list", "watch"]}
-                        for n, k in (("pods", "Pod"), ("configmaps", "ConfigMap"))]},
-                }
-                if url.path.rstrip("/") in discovery:
-                    self._json(200, discovery[url.path.rstrip("/")])
                     return
                 if url.path == "/api/v1/services":
                     self._services(qs)
