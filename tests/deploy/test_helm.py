@@ -11,6 +11,7 @@ working exporter (tests/deploy/contract.py); the release's package names its ima
 from __future__ import annotations
 
 import base64
+import shlex
 import shutil
 import subprocess
 import sys
@@ -554,3 +555,18 @@ def test_the_release_pushes_the_chart_beside_the_image_signed_the_same_way() -> 
     assert smoke < names.index("Package the Helm chart with the pushed image")
     image_sign = by_name["Sign the image (keyless)"]["run"]
     assert image_sign.startswith("cosign sign --yes")  # the same signing as the image's
+
+
+def test_the_readme_helm_command_renders() -> None:
+    """README's quick deploy with Helm, as written (`helm template` for `helm install`)."""
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    (line,) = [ln.strip() for ln in text.splitlines()
+               if ln.strip().startswith("helm install podgpu deploy/helm/podgpu")]
+    args = shlex.split(line)[2:]
+    args.remove("--create-namespace")
+    out = helm("template", *[str(ROOT / a) if a == "deploy/helm/podgpu" else a for a in args])
+    assert out.returncode == 0, out.stderr
+    objs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert container(objs)["image"] == "REGISTRY/podgpu:0.1.0"
+    assert "--cloudwatch-config" in container(objs)["args"]
+    assert one(objs, "ServiceMonitor")["metadata"]["namespace"] == "podgpu"
