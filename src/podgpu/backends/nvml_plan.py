@@ -10,6 +10,7 @@ lacks makes that field unavailable (with the reason), not an error.
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -206,6 +207,16 @@ def call(lib: Lib, handle: Any, ref: str, arg: str) -> Any:
     if ref == "nvmlDeviceGetBrand":
         return _brand_name(lib, m.nvmlDeviceGetBrand(handle))
     fn = getattr(m, ref)
+    if ref == "nvmlDeviceGetMemoryAffinity":  # DCGM asks for the NUMA-node scope
+        return fn(handle, int(arg), lib.const("NVML_AFFINITY_SCOPE_NODE"))
+    if ref == "nvmlDeviceGetCudaComputeCapability":  # DCGM packs (major, minor) in one int
+        major, minor = fn(handle)
+        return int(major) << 16 | int(minor)
+    if ref == "nvmlDeviceGetSramEccErrorStatus":  # the caller passes a versioned struct
+        status = m.c_nvmlEccSramErrorStatus_v1_t()
+        status.version = m.nvmlEccSramErrorStatus_v1
+        fn(handle, ctypes.byref(status))
+        return status
     if arg.isdigit():  # a count, not a constant: nvmlDeviceGetCpuAffinity's cpuSetSize
         return fn(handle, int(arg))
     if arg:

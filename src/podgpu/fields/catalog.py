@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from podgpu.fields import names
 from podgpu.fields.catalog_more import MORE_CALLS, MORE_FIELD_VALUES
+from podgpu.fields.catalog_nvlink import NVLINK_FIELD_VALUES
 from podgpu.fields.field import (  # noqa: F401  (re-exported: the catalog's types)
     _ALL_LINKS,
     _PCT,
@@ -308,6 +309,7 @@ CATALOG: tuple[Field, ...] = (
        Source("exporter", "nvmlDeviceGetP2PStatus", arg="NVML_P2P_CAPS_INDEX_NVLINK")),
     *MORE_FIELD_VALUES,
     *MORE_CALLS,
+    *NVLINK_FIELD_VALUES,
 )
 
 # DCGM 4.6 renamed many macros; the old spelling is the metric name (NVML's API reference).

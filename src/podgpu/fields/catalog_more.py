@@ -14,7 +14,10 @@ Calls (DcgmCacheManager.cpp, the field's case when DCGM reads it): the PCI devic
 subsystem ids (nvmlDeviceGetPciInfo_v3), the CPU affinity words (nvmlDeviceGetCpuAffinity with 4
 longs; word N = CPUs 64N..64N+63), BAR1 total/used/free (nvmlDeviceGetBAR1MemoryInfo, bytes /
 2^20 as DCGM divides them) and the application clocks (nvmlDeviceGetApplicationsClock of
-NVML_CLOCK_GRAPHICS and NVML_CLOCK_MEM).
+NVML_CLOCK_GRAPHICS and NVML_CLOCK_MEM), the PCI bus id, the CUDA compute capability (major << 16 |
+minor, as DCGM packs it), the inforom checksum, the memory-node affinity words (node scope),
+auto-boost, the thermal margin, instantaneous power (NVML_FI_DEV_POWER_INSTANT mW / 1000), the
+SRAM threshold flag and the row-remapper histogram.
 """
 
 from __future__ import annotations
@@ -192,4 +195,36 @@ MORE_CALLS: tuple[Field, ...] = (
        _call("nvmlDeviceGetApplicationsClock", "NVML_CLOCK_GRAPHICS")),
     _f("DCGM_FI_DEV_APP_MEM_CLOCK", 111, "gauge", "int", "MHz", "Memory Application clocks",
        _call("nvmlDeviceGetApplicationsClock", "NVML_CLOCK_MEM")),
+    _f("DCGM_FI_DEV_PCI_BUSID", 57, "label", "str", "", "PCI attributes for the device",
+       _call("nvmlDeviceGetPciInfo_v3", pick="busId")),
+    _f("DCGM_FI_DEV_CUDA_COMPUTE_CAPABILITY", 63, "gauge", "int", "",
+       "CUDA compute capability: the major version in the upper 16 bits, the minor in the lower",
+       _call("nvmlDeviceGetCudaComputeCapability")),
+    _f("DCGM_FI_DEV_INFOROM_CONFIG_CHECK", 83, "gauge", "int", "",
+       "Inforom configuration checksum", _call("nvmlDeviceGetInforomConfigurationChecksum")),
+    *(_f(f"DCGM_FI_DEV_MEM_AFFINITY_{n}", 86 + n, "gauge", "int", "bitmask",
+         f"Device Memory node affinity, {64 * n}-{64 * n + 63}",
+         _call("nvmlDeviceGetMemoryAffinity", "4", pick=str(n))) for n in range(4)),
+    _f("DCGM_FI_DEV_AUTOBOOST", 120, "gauge", "int", "bool",
+       "Auto-boost for the device (1 = enabled. 0 = disabled)",
+       _call("nvmlDeviceGetAutoBoostedClocksEnabled", pick="0")),
+    _f("DCGM_FI_DEV_GPU_TEMP_LIMIT", 153, "gauge", "int", "C",
+       "Thermal margin temperature (distance to nearest slowdown threshold) for this GPU",
+       _call("nvmlDeviceGetMarginTemperature")),
+    _f("DCGM_FI_DEV_POWER_USAGE_INSTANT", 157, "gauge", "float", "W",
+       "Current instantaneous power usage of the device in Watts",
+       _fv("NVML_FI_DEV_POWER_INSTANT", 0.001)),
+    _f("DCGM_FI_DEV_THRESHOLD_SRM", 346, "gauge", "int", "bool",
+       "SRAM Threshold Exceeded boolean (1=true)",
+       _call("nvmlDeviceGetSramEccErrorStatus", pick="bThresholdExceeded")),
+    *(_f(f"DCGM_FI_DEV_BANKS_REMAP_ROWS_AVAIL_{k.upper()}", fid, "gauge", "int", "banks",
+         help_, _call("nvmlDeviceGetRowRemapperHistogram", pick=k))
+      for k, fid, help_ in (
+          ("max", 385, "Historical max available spare memory rows per memory bank"),
+          ("high", 386, "Historical high mark of available spare memory rows per memory bank"),
+          ("partial", 387, "Historical mark of partial available spare memory rows per memory "
+                           "bank"),
+          ("low", 388, "Historical low mark of available spare memory rows per memory bank"),
+          ("none", 389, "Historical marker of memory banks with no available spare memory "
+                        "rows"))),
 )

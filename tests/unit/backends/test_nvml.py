@@ -503,3 +503,19 @@ def test_clock_event_counts_are_samples_at_dcgm_exporters_interval_whatever_podg
             b.close()
         counts.append({dict(lv.labels).get("clock_event"): lv.value for lv in labeled})
     assert counts[0] == counts[1] == {"power_cap": 4}
+
+
+def test_row_remap_pending_is_read_from_nvmls_field_value() -> None:
+    """DCGM reads DCGM_FI_DEV_ROW_REMAP_PENDING (396) from NVML_FI_DEV_REMAPPED_PENDING (144;
+    NVIDIA/DCGM dcgmlib/src/dcgm_fields.cpp), in the same batch as the other remap fields."""
+    nv = FakeNvml(gpus(1))
+    nv.gpus[0].values["NVML_FI_DEV_REMAPPED_PENDING"] = 1
+    b = opened(nv)
+    try:
+        r = b.read(fields("DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_ROW_REMAP_FAILURE"))
+    finally:
+        b.close()
+    s = r.samples[0]
+    assert s.values["DCGM_FI_DEV_ROW_REMAP_PENDING"] == 1
+    assert s.values["DCGM_FI_DEV_ROW_REMAP_FAILURE"] == 0
+    assert nv.calls.get("nvmlDeviceGetFieldValues", 0) == 1
