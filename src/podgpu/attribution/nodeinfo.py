@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from podgpu.attribution.apiserver import ApiCaller
-from podgpu.attribution.kubeapi import Connection, KubeConfig
+from podgpu.attribution.kubeapi import Connection, KubeConfig, mapping, text
 from podgpu.peers.backoff import BackoffLoop
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -55,25 +55,25 @@ def instance_id_of(provider_id: str) -> str:
     return last if last.startswith("i-") else ""
 
 
-def _quantity(text: Any) -> int | None:
+def _quantity(value: Any) -> int | None:
     """An integer resource quantity (`"8"`); None for anything else."""
     try:
-        return int(str(text))
+        return int(str(value))
     except ValueError:
         return None
 
 
 def parse_node(obj: Mapping[str, Any]) -> NodeObject:
-    """A Node object (JSON as the API serves it) -> NodeObject."""
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    spec = obj.get("spec") or {}
-    capacity = (obj.get("status") or {}).get("capacity") or {}
-    itype = labels.get(INSTANCE_TYPE_LABEL) or labels.get(LEGACY_INSTANCE_TYPE_LABEL) or ""
+    """A Node object (JSON as the API serves it) -> NodeObject; a field of the wrong type
+    counts as absent."""
+    meta = mapping(obj.get("metadata"))
+    labels = mapping(meta.get("labels"))
+    capacity = mapping(mapping(obj.get("status")).get("capacity"))
+    itype = text(labels.get(INSTANCE_TYPE_LABEL)) or text(labels.get(LEGACY_INSTANCE_TYPE_LABEL))
     return NodeObject(
-        name=str(meta.get("name") or ""),
-        instance_id=instance_id_of(str(spec.get("providerID") or "")),
-        instance_type=str(itype),
+        name=text(meta.get("name")),
+        instance_id=instance_id_of(text(mapping(obj.get("spec")).get("providerID"))),
+        instance_type=itype,
         gpu_capacity=_quantity(capacity[GPU_RESOURCE]) if GPU_RESOURCE in capacity else None,
     )
 

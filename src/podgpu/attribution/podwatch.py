@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from podgpu.attribution.apiserver import ApiCaller
-from podgpu.attribution.kubeapi import KubeConfig
+from podgpu.attribution.kubeapi import KubeConfig, mapping, sequence, text
 from podgpu.attribution.podstore import MAX_PODS, PodStore
 from podgpu.attribution.podstore import PodIndex as PodIndex  # re-exported: its readers import it here
 from podgpu.attribution.podstore import PodInfo as PodInfo  # re-exported: its readers import it here
@@ -49,26 +49,27 @@ def bare_container_id(text: str) -> str:
 
 
 def parse_pod(obj: Mapping[str, Any]) -> PodInfo | None:
-    """A Pod object (JSON as the API serves it) -> PodInfo; None when it has no UID."""
-    meta = obj.get("metadata") or {}
-    uid = str(meta.get("uid") or "")
+    """A Pod object (JSON as the API serves it) -> PodInfo; None when it has no UID. A field of
+    the wrong type counts as absent."""
+    meta = mapping(obj.get("metadata"))
+    uid = text(meta.get("uid"))
     if not uid:
         return None
-    labels = meta.get("labels") or {}
-    status = obj.get("status") or {}
+    status = mapping(obj.get("status"))
     containers: list[tuple[str, str]] = []
     for key in ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses"):
-        for cs in status.get(key) or ():
-            cid = bare_container_id(str(cs.get("containerID") or ""))
+        for cs in map(mapping, sequence(status.get(key))):
+            cid = bare_container_id(text(cs.get("containerID")))
             if cid:
-                containers.append((cid, str(cs.get("name") or "")))
+                containers.append((cid, text(cs.get("name"))))
     return PodInfo(
         uid=uid,
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+        namespace=text(meta.get("namespace")),
+        name=text(meta.get("name")),
+        labels=tuple(sorted((str(k), v) for k, v in mapping(meta.get("labels")).items()
+                            if isinstance(v, str))),
         containers=tuple(containers),
-        created=str(meta.get("creationTimestamp") or ""),
+        created=text(meta.get("creationTimestamp")),
         owners=controller_owners(meta),
         gpus=pod_gpus(obj),
     )

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podgpu.attribution.apiserver import ApiCaller
-from podgpu.attribution.kubeapi import KubeConfig
+from podgpu.attribution.kubeapi import KubeConfig, mapping
 from podgpu.attribution.reflector import LIST_PAGE, WATCH_TIMEOUT_SECONDS, Reflector
 
 log = logging.getLogger(__name__)
@@ -57,13 +57,12 @@ class ServiceInfo:
 
 def parse_service(obj: Mapping[str, Any]) -> ServiceInfo | None:
     """A Service object (JSON as the API serves it) -> ServiceInfo; None without a name."""
-    meta = obj.get("metadata") or {}
+    meta = mapping(obj.get("metadata"))
     name, ns = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not name or not isinstance(ns, str):
         return None
-    spec = obj.get("spec") or {}
-    raw = spec.get("selector") if isinstance(spec, dict) else None
-    pairs = sorted((str(k), str(v)) for k, v in raw.items()) if isinstance(raw, dict) else []
+    raw = mapping(mapping(obj.get("spec")).get("selector"))
+    pairs = sorted((str(k), str(v)) for k, v in raw.items())
     return ServiceInfo(sys.intern(ns), name, tuple(
         (sys.intern(k), v) for k, v in pairs[:MAX_SELECTOR_PAIRS]))
 

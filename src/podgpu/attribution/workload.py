@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from podgpu.attribution.kubeapi import mapping, sequence, text
+
 GPU_RESOURCE = "nvidia.com/gpu"
 TERMINATED = frozenset(("Succeeded", "Failed"))
 
@@ -32,9 +34,9 @@ class PodGpus:
 
 def controller_owners(meta: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """(kind, name) of the pod's owner references, the controller first."""
-    refs = [r for r in meta.get("ownerReferences") or () if isinstance(r, Mapping)]
-    refs.sort(key=lambda r: not r.get("controller"))
-    return tuple((str(r.get("kind") or ""), str(r.get("name") or "")) for r in refs)
+    refs = [r for r in sequence(meta.get("ownerReferences")) if isinstance(r, Mapping)]
+    refs.sort(key=lambda r: r.get("controller") is not True)
+    return tuple((text(r.get("kind")), text(r.get("name"))) for r in refs)
 
 
 def _count(value: Any) -> int:
@@ -47,12 +49,12 @@ def _count(value: Any) -> int:
 def pod_gpus(obj: Mapping[str, Any]) -> PodGpus:
     """Σ of the containers' `nvidia.com/gpu` requests and limits, and the phase."""
     request = limit = 0
-    for c in (obj.get("spec") or {}).get("containers") or ():
-        res = c.get("resources") or {} if isinstance(c, Mapping) else {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
+    for c in map(mapping, sequence(mapping(obj.get("spec")).get("containers"))):
+        res = mapping(c.get("resources"))
+        req, lim = mapping(res.get("requests")), mapping(res.get("limits"))
         limit += _count(lim.get(GPU_RESOURCE, 0))
         request += _count(req.get(GPU_RESOURCE, lim.get(GPU_RESOURCE, 0)))
-    return PodGpus(request, limit, str((obj.get("status") or {}).get("phase") or ""))
+    return PodGpus(request, limit, text(mapping(obj.get("status")).get("phase")))
 
 
 def workload_name(pod: str, owners: tuple[tuple[str, str], ...],
