@@ -4,7 +4,9 @@ stand-in (kubelet_fake.py).
 
 Modes:
 - `huge`: a message announced as 2 GiB, then zeros as fast as the client's window allows;
-- `trickle`: the answer's headers, then one byte every 0.2 s, forever.
+- `trickle`: the answer's headers, then one byte every 0.2 s, forever;
+- `message`: `self.message` as the one message of a complete answer (status 0), whatever its
+  bytes are.
 
 `sent` counts the bytes of message data written, `calls` the requests seen."""
 
@@ -26,6 +28,7 @@ class HostileKubelet:
         self.path, self.mode = path, mode
         self.sent = 0
         self.calls = 0
+        self.message = b""
         self._stop = threading.Event()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -85,6 +88,13 @@ class HostileKubelet:
                         return
                     conn.receive_data(data)
                     sock.sendall(conn.data_to_send())
+            elif self.mode == "message":
+                conn.send_data(sid, b"\0" + struct.pack(">I", len(self.message)) + self.message)
+                conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+                sock.sendall(conn.data_to_send())
+                self.sent += len(self.message)
+                while sock.recv(65536):  # until the client closes
+                    pass
             else:
                 sock.sendall(conn.data_to_send())
                 while not self._stop.wait(0.2):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from podgpu.attribution.kubelet import MAX_RECEIVE_BYTES, PodResourcesClient
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod
 from tests.integration.kubelet_hostile import HostileKubelet
@@ -33,6 +35,29 @@ def test_a_length_prefix_over_the_limit_ends_the_call_before_the_message(tmp_pat
     assert kubelet.calls == 1
     assert kubelet.sent <= 1 << 20  # at most the first window went out before the close
     assert peak < 4 << 20
+
+
+@pytest.mark.parametrize(("message", "why"), [
+    # protobuf wire format (protobuf.dev/programming-guides/encoding): pod_resources is field 1,
+    # length-delimited (wire type 2); as a varint (type 0) it is not the message
+    (bytes([(1 << 3) | 0, 1]), "undecodable answer: field 1 has wire type 0"),
+    (bytes([(1 << 3) | 2, 100]), "undecodable answer: a field runs past the end of the answer"),
+    # a pod whose name (field 1, 5 bytes announced) ends after 1 byte: protobuf's own error
+    (bytes([(1 << 3) | 2, 3, (1 << 3) | 2, 5, ord("a")]), "undecodable answer: "),
+])
+def test_an_answer_that_is_not_a_pod_list_is_named(tmp_path: Path, message: bytes,
+                                                   why: str) -> None:
+    kubelet = HostileKubelet(str(tmp_path / "k.sock"), "message")
+    kubelet.message = message
+    client = PodResourcesClient(kubelet.path, timeout_seconds=10)
+    try:
+        state = client.poll_once()
+    finally:
+        client.close()
+        kubelet.close()
+    assert not state.ok and state.errors == 1 and state.entries == ()
+    assert state.reason.startswith(f"List failed: INTERNAL: {why}"), state.reason
+    assert kubelet.calls == 1
 
 
 def test_a_trickled_answer_ends_at_the_list_deadline(tmp_path: Path) -> None:
