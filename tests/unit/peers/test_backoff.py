@@ -33,8 +33,10 @@ class Script:
         return False
 
 
-def run(script: Script, **kw: object) -> list[float]:
-    loop = BackoffLoop(script.attempt, name="test-loop", wait=script.wait, **kw)  # type: ignore[arg-type]
+def run(script: Script, *, first: float, cap: float, every: float | None,
+        after_failure: bool = False) -> list[float]:
+    loop = BackoffLoop(script.attempt, name="test-loop", wait=script.wait, first=first, cap=cap,
+                       every=every, after_failure=after_failure)
     script.loop = loop
     loop.run()
     return script.waits
