@@ -22,9 +22,10 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from tests.deploy.contract import prepare
-from tests.deploy.render import ROOT, build, compose, container, one, render
+from tests.deploy.render import OVERLAYS, ROOT, build, compose, container, one, render
 from tests.deploy.test_manifests import K8S_VERSIONS, servicemonitor_validator
 from tests.integration.kubelet_fake import socket_path
 
@@ -164,10 +165,76 @@ def test_rehoming_keeps_binding_servicemonitor_and_pod_security_right() -> None:
     assert theirs and not theirs & cluster_names
 
 
-def test_the_namespace_component_is_what_stamps_privileged() -> None:
+PSA = "pod-security.kubernetes.io/"
+
+
+@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "base"])
+def test_rehoming_a_shipped_overlay_never_lowers_pod_security(overlay: str) -> None:
+    """Re-homed with `namespace:`, kustomize renames the overlay's Namespace to the target: what
+    it renders must not enforce a level (an `enforce: privileged` would lower the target's on
+    apply) and may warn/audit only at the strictest level."""
+    objs = compose((), resources=(overlay,), namespace="team-gpu", name_suffix="-team-gpu")
+    for ns in [o for o in objs if o["kind"] == "Namespace"]:
+        labels = ns["metadata"].get("labels", {})
+        assert f"{PSA}enforce" not in labels, (overlay, labels)
+        assert {v for k, v in labels.items() if k.startswith(PSA)} <= {"restricted"}, labels
+    assert {o["metadata"].get("namespace") for o in objs if o["kind"] == "DaemonSet"} == {
+        "team-gpu"}
+
+
+def test_the_namespace_component_enforces_nothing() -> None:
     (ns,) = [o for o in render("overlays/prometheus-operator") if o["kind"] == "Namespace"]
-    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    labels = ns["metadata"]["labels"]
+    assert labels == {f"{PSA}warn": "restricted", f"{PSA}audit": "restricted"}
     assert not [o for o in render("base") if o["kind"] == "Namespace"]
+
+
+def spool_on_host(objs: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> str:
+    """The host directory the EMF spool lands in: the hostPath plus the mount's subPathExpr
+    with the pod's namespace (the only variable it uses) filled in, as the kubelet does."""
+    ds = one(list(objs), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (vol,) = [v for v in pod["volumes"] if v["name"] == "emf-spool"]
+    (mount,) = [m for m in container(list(objs))["volumeMounts"] if m["name"] == "emf-spool"]
+    sub = mount.get("subPathExpr", mount.get("subPath", ""))
+    env = {e["name"]: e for e in container(list(objs))["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    sub = sub.replace("$(POD_NAMESPACE)", ds["metadata"]["namespace"])
+    assert "$(" not in sub, sub
+    return f"{vol['hostPath']['path']}/{sub}".rstrip("/")
+
+
+def test_a_second_install_gets_its_own_spool() -> None:
+    first = compose(("namespace", "cloudwatch", "cloudwatch-pod-identity"), config_maps=(ENV,))
+    second = compose(("cloudwatch", "cloudwatch-pod-identity"), namespace="team-gpu",
+                     name_suffix="-team-gpu", config_maps=(ENV,))
+    migration = compose(("cloudwatch", "dcgm-exporter-migration"), namespace="gpu-operator",
+                        name_suffix="-gpu-operator", config_maps=(ENV,))
+    dirs = [spool_on_host(o) for o in (first, second, migration)]
+    assert dirs == ["/var/lib/podgpu/podgpu/emf-spool", "/var/lib/podgpu/team-gpu/emf-spool",
+                    "/var/lib/podgpu/gpu-operator/emf-spool"]
+    # inside the container the path podgpu is given is the mount point
+    args = container(list(first))["args"]
+    assert args[args.index("--emf-spool-dir") + 1] == "/var/lib/podgpu/emf-spool"
+
+
+SM_SHAPERS = ("prometheus", "dcgm-exporter-migration", "tls")
+"""Components that create or change the ServiceMonitor, in the one order that works."""
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(SM_SHAPERS)),
+                         ids=lambda o: ">".join(o))
+def test_a_wrong_component_order_fails_to_render(order: tuple[str, ...]) -> None:
+    """Listed in another order, prometheus, dcgm-exporter-migration and tls would render a
+    ServiceMonitor one of them never saw, with exit 0: every other order fails instead (and
+    the pairs too)."""
+    for n in (2, 3):
+        comps = order[:n]
+        want = [c for c in SM_SHAPERS if c in comps]
+        out = build(comps, namespace="gpu-operator", name_suffix="-gpu-operator")
+        assert (out.returncode == 0) == (list(comps) == want), (comps, out.stderr[-500:])
+        if out.returncode != 0:
+            assert "test failed" in out.stderr and "components/" in out.stderr, out.stderr
 
 
 def test_irsa_needs_the_role_arn_and_pod_identity_adds_no_annotation() -> None:
@@ -179,6 +246,20 @@ def test_irsa_needs_the_role_arn_and_pod_identity_adds_no_annotation() -> None:
     pi = render("overlays/cloudwatch")
     assert not one(pi, "ServiceAccount")["metadata"].get("annotations")
     assert [o for o in pi if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "podgpu-aws"]
+
+
+@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "base"])
+def test_the_examples_images_comment_works_as_copied(overlay: str) -> None:
+    """Each example's header says how to set your image: that `images:` line, copied into a
+    kustomization over the example, sets every container's image (the gate's included)."""
+    text = (ROOT / "deploy" / "kubernetes" / overlay / "kustomization.yaml").read_text()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("#") and "images:" in ln]
+    (entry,) = yaml.safe_load(line.lstrip("#").strip())["images"]
+    mine = f"{entry['newName']}:{entry['newTag']}"
+    objs = compose((), resources=(overlay,), namespace=None, images=((entry["name"], mine),))
+    pod = one(list(objs), "DaemonSet")["spec"]["template"]["spec"]
+    images = {c["image"] for c in (*pod["containers"], *pod.get("initContainers", []))}
+    assert images == {mine}, (overlay, images)
 
 
 def test_no_image_that_does_not_exist_and_an_images_block_sets_yours() -> None:

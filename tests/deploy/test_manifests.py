@@ -397,6 +397,19 @@ def test_iam_policy_is_least_privilege() -> None:
         assert s["Resource"] != "*" and ":log-group:" in s["Resource"]
 
 
+def test_pod_identity_trust_policy() -> None:
+    """What EKS Pod Identity needs of the role's trust policy (AWS's EKS user guide, "Create
+    the IAM role for Pod Identity"): the service principal pods.eks.amazonaws.com, allowed
+    sts:AssumeRole and sts:TagSession (it tags each session), nothing else."""
+    policy = json.loads((ROOT / "deploy" / "cloudwatch" / "trust-policy-pod-identity.json")
+                        .read_text())
+    (st,) = policy["Statement"]
+    assert policy["Version"] == "2012-10-17" and st["Effect"] == "Allow"
+    assert st["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(st["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    assert "Condition" not in st  # the association, not the policy, names namespace and account
+
+
 def test_prometheus_operator_overlay_adds_only_the_namespace_and_servicemonitor() -> None:
     base = {(o["kind"], o["metadata"]["name"]) for o in render("base")}
     po = {(o["kind"], o["metadata"]["name"]) for o in render("overlays/prometheus-operator")}
