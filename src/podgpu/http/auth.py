@@ -9,7 +9,8 @@ writing it into the pod spec (it still
 needs TLS and, when required, a client certificate: docs/web-config.md).
 
 Order per request: client-certificate SANs (403), then basic auth (401; 429 when
-the client failed too often or too many checks are queued: http.authcheck), then the rate limit
+the client failed too often, or the line of waiting checks is full of better-ranked ones:
+http.authcheck), then the rate limit
 per client address (429), so unauthenticated clients cannot spend an authenticated scraper's
 budget. Failed attempts are counted and logged at most once a minute with the count held back;
 the log names the client address, never the user name tried (people type passwords there).
@@ -26,14 +27,13 @@ from typing import Any
 from podgpu.http.app import App, Handler, Request, Response
 from podgpu.http.authcheck import (
     FAILURE_INTERVAL,
-    MAX_PENDING_CHECKS,
     BasicAuthChecker,
     RateLimiter,
     parse_basic,
 )
 from podgpu.http.guard import RateLimitedLog, short
 
-__all__ = ["EXEMPT_PATHS", "MAX_PENDING_CHECKS", "AccessControl", "BasicAuthChecker", "Policy",
+__all__ = ["EXEMPT_PATHS", "AccessControl", "BasicAuthChecker", "Policy",
            "RateLimiter", "parse_basic", "san_allowed"]
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,11 @@ must never run it on the event loop:
   per-process random key (no password or hash is held by the cache). Failed triples go to a
   separate, smaller cache: a flood of wrong passwords cannot evict the scraper's entry (it did, and
   Prometheus then got 429s). A changed hash (edit of the file) misses both naturally;
-- checks run on one worker thread (bcrypt releases the GIL) with a bounded queue: past it the
-  request gets 429 instead of queueing without end; identical checks in flight share one result;
+- checks run on one worker thread (bcrypt releases the GIL), taken from a ranked line
+  (http.authqueue): a check from an address with fewer failures since its last success, and
+  fewer checks of its own waiting, goes first, so a flood of guesses from many addresses cannot
+  keep a scraper's first check waiting behind it; a full line refuses its worst-ranked check
+  (429); identical checks in flight share one result;
 - every check not answered by a cache runs exactly one bcrypt of the stored cost on at most the
   first 72 bytes of the password: an unknown user runs it against a dummy hash of the same cost
   (built without hashing, so the first unknown user costs no more than the next), and a password
@@ -28,6 +31,7 @@ import asyncio
 import base64
 import binascii
 import concurrent.futures
+import functools
 import hashlib
 import hmac
 import os
@@ -36,9 +40,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
+from podgpu.http.authqueue import MAX_WAITING_CHECKS, CheckLine
+
 SUCCESS_CACHE_SIZE = 1024
 FAILURE_CACHE_SIZE = 256
-MAX_PENDING_CHECKS = 32
 MAX_AUTH_HEADER = 4096
 BCRYPT_MAX_BYTES = 72
 FAILURE_BURST = 10
@@ -112,18 +117,22 @@ class BasicAuthChecker:
 
     Counters (plain attributes, read by the self-metrics): `bcrypt_runs`, `failures` (wrong or
     unknown credentials), `throttled` (refused before checking: the client had failed too
-    often), `busy` (refused: MAX_PENDING_CHECKS were queued)."""
+    often), `busy` (refused: the line of waiting checks was full of better-ranked ones)."""
 
     def __init__(self, checkpw: Callable[[bytes, bytes], bool] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 max_waiting: int = MAX_WAITING_CHECKS) -> None:
         """`checkpw` defaults to the bcrypt library; tests pass counting wrappers."""
         self._checkpw = checkpw or _bcrypt_checkpw
         self._secret = os.urandom(32)
         self._ok: OrderedDict[bytes, None] = OrderedDict()
         self._bad: OrderedDict[bytes, None] = OrderedDict()
-        self._inflight: dict[bytes, asyncio.Future[bool]] = {}
+        self._inflight: dict[bytes, asyncio.Future[bool | None]] = {}
         self._dummy: dict[int, bytes] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="podgpu-bcrypt")
+        self._line = CheckLine(self._pool, max_waiting)
+        self._failed: OrderedDict[str, int] = OrderedDict()  # rank: -1 succeeded, n failures
+        self._pending: dict[str, int] = {}  # checks waiting or running, per client
         self.failure_bucket = RateLimiter(FAILURE_INTERVAL, FAILURE_BURST, clock)
         self.bcrypt_runs = 0
         self.failures = 0
@@ -136,12 +145,13 @@ class BasicAuthChecker:
         return self._ok
 
     def close(self) -> None:
+        self._line.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def check(self, users: Mapping[str, str], user: bytes, password: bytes,
                     client: str = "") -> bool | None:
         """True/False, or None when the check was refused (answer 429): `client` failed too
-        often, or too many checks are queued."""
+        often, or the line of waiting checks was full of better-ranked ones."""
         name = user.decode("utf-8", errors="surrogateescape")
         stored = users.get(name)
         hashed = stored.encode() if stored is not None else None
@@ -151,39 +161,58 @@ class BasicAuthChecker:
             self._ok.move_to_end(key)
             return True
         pending = self._inflight.get(key)
-        if pending is not None:  # the same check is running: share its result, pay nothing
-            ok = await asyncio.shield(pending)
-            if not ok:
+        if pending is None:  # else the same check is waiting or running: share it, pay nothing
+            # The client's token is taken before the check is queued and given back when it
+            # succeeds (or was refused unchecked): checks in flight count against the bucket,
+            # so parallel guesses from one address get no more bcrypt runs than sequential ones.
+            if not self.failure_bucket.allow(client):
+                self.throttled += 1
+                return None
+            if key in self._bad:
+                self._bad.move_to_end(key)
                 self.failures += 1
-            return ok
-        # The client's token is taken before the check is queued and given back when it
-        # succeeds: checks in flight count against the bucket, so parallel guesses from one
-        # address get no more bcrypt runs than sequential ones.
-        if not self.failure_bucket.allow(client):
-            self.throttled += 1
-            return None
-        if key in self._bad:
-            self._bad.move_to_end(key)
-            self.failures += 1
-            return False
-        if len(self._inflight) >= MAX_PENDING_CHECKS:
-            self.failure_bucket.refund(client)
+                return False
+            pending = self._start(key, client, hashed, cost, password)
+        # shielded: a request that goes away leaves the check in its place (http.authqueue)
+        ok = await asyncio.shield(pending)
+        if ok is None:
             self.busy += 1
-            return None
-        loop = asyncio.get_running_loop()
-        pending = loop.run_in_executor(self._pool, self._verify, hashed, cost, password)
-        self._inflight[key] = pending
-        try:
-            ok = await pending
-        finally:
-            self._inflight.pop(key, None)
+        elif not ok:
+            self.failures += 1
+        return ok
+
+    def _start(self, key: bytes, client: str, hashed: bytes | None, cost: int,
+               password: bytes) -> asyncio.Future[bool | None]:
+        """Queue one bcrypt, ranked by the client's record and its checks already queued: -1
+        when its last check succeeded (a scraper after a password rotation), 0 for an address
+        not seen (or forgotten), n after n failures since its last success."""
+        rank = self._failed.get(client, 0) + self._pending.get(client, 0)
+        self._pending[client] = self._pending.get(client, 0) + 1
+        future = self._line.submit(rank, functools.partial(self._verify, hashed, cost, password))
+        self._inflight[key] = future
+        future.add_done_callback(functools.partial(self._settle, key, client))
+        return future
+
+    def _settle(self, key: bytes, client: str, future: asyncio.Future[bool | None]) -> None:
+        """Once per check, whoever waited for it: caches, the client's token and failure count."""
+        if self._inflight.get(key) is future:
+            del self._inflight[key]
+        left = self._pending.pop(client, 1) - 1
+        if left:
+            self._pending[client] = left
+        if future.cancelled() or future.exception() is not None:
+            return  # the checker closed, or the worker failed
+        ok = future.result()
+        if ok is None or ok:  # refused unchecked, or right: the attempt costs nothing
+            self.failure_bucket.refund(client)
+        if ok is None:
+            return
         _remember(self._ok if ok else self._bad, key,
                   SUCCESS_CACHE_SIZE if ok else FAILURE_CACHE_SIZE)
-        if ok:
-            self.failure_bucket.refund(client)
-            return True
-        self.failures += 1
-        return False
+        self._failed[client] = -1 if ok else max(0, self._failed.get(client, 0)) + 1
+        self._failed.move_to_end(client)
+        while len(self._failed) > MAX_CLIENTS:
+            self._failed.popitem(last=False)
 
     @property
     def in_flight(self) -> int:

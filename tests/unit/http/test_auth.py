@@ -14,7 +14,6 @@ import pytest
 
 from podgpu.http.app import App, Request, Response
 from podgpu.http.auth import (
-    MAX_PENDING_CHECKS,
     AccessControl,
     BasicAuthChecker,
     Policy,
@@ -39,9 +38,11 @@ class Counting:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.order: list[bytes] = []
 
     def __call__(self, password: bytes, hashed: bytes) -> bool:
         self.calls += 1
+        self.order.append(password)
         return bool(bcrypt.checkpw(password, hashed))
 
 
@@ -196,30 +197,160 @@ def test_checks_per_address_stay_within_the_rate_under_concurrency(clock: FakeCl
     assert counting.calls >= 30
 
 
-def test_too_many_pending_checks_get_429() -> None:
-    gate = threading.Event()
+class Gated:
+    """bcrypt's checkpw behind a gate, recording the order of the passwords it was given: the
+    worker is busy until the test lets it go, so checks pile up in the line."""
 
-    def held(password: bytes, hashed: bytes) -> bool:
-        gate.wait(10)  # the worker is busy: checks pile up behind it
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.order: list[bytes] = []
+
+    def __call__(self, password: bytes, hashed: bytes) -> bool:
+        self.gate.wait(10)
+        self.order.append(password)
         return bool(bcrypt.checkpw(password, hashed))
 
+
+async def settle(tasks: list[asyncio.Task[bool | None]], done: int) -> None:
+    for _ in range(500):
+        if sum(t.done() for t in tasks) >= done:
+            return
+        await asyncio.sleep(0.01)
+
+
+def test_a_full_line_refuses_the_check_that_would_run_last_and_it_costs_nothing() -> None:
+    gated = Gated()
     users = {"alice": _hash(b"right")}
 
     async def main() -> None:
-        checker = BasicAuthChecker(checkpw=held)
-        # 40 guesses from 40 addresses at once: 32 queue, the other 8 are told to retry
-        tasks = [asyncio.create_task(checker.check(users, b"alice", b"guess%d" % i,
-                                                   client=f"10.0.0.{i}")) for i in range(40)]
-        for _ in range(500):
-            if sum(t.done() for t in tasks) >= 8:
-                break
+        checker = BasicAuthChecker(checkpw=gated, max_waiting=8)
+        # 1 runs (held) and 8 wait, from 9 addresses none of which has failed: all rank 0
+        first = [asyncio.create_task(checker.check(users, b"alice", b"g%d" % i,
+                                                   client=f"10.0.0.{i}")) for i in range(9)]
+        await settle(first, 0)
+        while checker.in_flight < 9:
             await asyncio.sleep(0.01)
-        assert [t.result() for t in tasks if t.done()] == [None] * 8
-        assert checker.busy == 8 and checker.in_flight == MAX_PENDING_CHECKS
-        gate.set()
-        assert await asyncio.gather(*(t for t in tasks if not t.done())) == [False] * 32
-        # refused for being busy costs the address nothing: its token was given back
-        assert checker.failure_bucket.has_token("10.0.0.39")
+        # a tenth from a new address ranks with the others and would run last: refused
+        assert await checker.check(users, b"alice", b"g9", client="10.0.0.9") is None
+        assert checker.busy == 1
+        assert checker.failure_bucket.has_token("10.0.0.9")  # refused unchecked: costs nothing
+        # an address with a check waiting ranks lower with its second: refused too
+        assert await checker.check(users, b"alice", b"g2b", client="10.0.0.2") is None
+        assert checker.busy == 2
+        gated.gate.set()
+        assert await asyncio.gather(*first) == [False] * 9
+        assert gated.order == [b"g%d" % i for i in range(9)]  # equals run oldest first
+        checker.close()
+
+    asyncio.run(main())
+
+
+def test_a_new_address_is_checked_before_addresses_that_failed() -> None:
+    gated = Gated()
+    users = {"alice": _hash(b"right")}
+
+    async def main() -> None:
+        checker = BasicAuthChecker(checkpw=gated, max_waiting=8)
+        gated.gate.set()
+        for i in range(8):  # eight guessers fail once each
+            assert await checker.check(users, b"alice", b"warm%d" % i, client=f"10.0.1.{i}") is False
+        gated.gate.clear()
+        gated.order.clear()
+        blocker = asyncio.create_task(checker.check(users, b"alice", b"held", client="10.0.2.1"))
+        while checker.in_flight < 1:
+            await asyncio.sleep(0.01)
+        guesses = [asyncio.create_task(checker.check(users, b"alice", b"again%d" % i,
+                                                     client=f"10.0.1.{i}")) for i in range(8)]
+        while checker.in_flight < 9:  # the line is full of addresses that failed (rank 1)
+            await asyncio.sleep(0.01)
+        # the scraper's first check, from an address that never failed: it pushes the guess
+        # that would run last (the newest) out of the full line and runs next
+        scraper = asyncio.create_task(checker.check(users, b"alice", b"right", client="10.0.3.1"))
+        await settle(guesses, 1)
+        assert [t.result() for t in guesses if t.done()] == [None]
+        assert guesses[-1].done()
+        gated.gate.set()
+        assert await scraper is True
+        assert await asyncio.gather(*guesses[:-1]) == [False] * 7
+        assert gated.order == [b"held", b"right", *(b"again%d" % i for i in range(7))]
+        await blocker
+        checker.close()
+
+    asyncio.run(main())
+
+
+def test_a_check_keeps_its_place_when_its_request_goes_away() -> None:
+    # A scraper that timed out while its first check waited: the check still runs, and the
+    # retry is answered from the success cache without a second bcrypt.
+    gated = Gated()
+    users = {"alice": _hash(b"right")}
+
+    async def main() -> None:
+        checker = BasicAuthChecker(checkpw=gated)
+        held = asyncio.create_task(checker.check(users, b"alice", b"held", client="10.0.0.1"))
+        first = asyncio.create_task(checker.check(users, b"alice", b"right", client="10.0.0.2"))
+        while checker.in_flight < 2:
+            await asyncio.sleep(0.01)
+        first.cancel()  # its connection closed (the listener cancels the request's task)
+        gated.gate.set()
+        assert await held is False
+        while checker.in_flight:
+            await asyncio.sleep(0.01)
+        assert first.cancelled()
+        assert await checker.check(users, b"alice", b"right", client="10.0.0.2") is True
+        assert gated.order == [b"held", b"right"]
+        checker.close()
+
+    asyncio.run(main())
+
+
+def test_a_distributed_flood_never_keeps_a_scraper_waiting_behind_it() -> None:
+    # The flood's shape in the checker: 64 guessers over 250 addresses (127.0.0.2-251, taken in
+    # turn), each waiting for its answer before its next guess; bcrypt at cost 4. Before, a line
+    # of 32 was always full and a scraper whose password was not cached got 429 every time.
+    # Counted for each scraper check: the checks that started between its asking and its own.
+    counting = Counting()
+    policy = {"users": {"prometheus": _hash(b"right")}}
+
+    async def main() -> None:
+        checker = BasicAuthChecker(checkpw=counting)
+        stop = asyncio.Event()
+        failed: set[str] = set()
+        turn = [0]
+
+        async def guesser(n: int) -> None:
+            i = 0
+            while not stop.is_set():
+                client = f"127.0.0.{2 + turn[0] % 250}"
+                turn[0] += 1
+                ok = await checker.check(policy["users"], b"prometheus", b"g%d-%d" % (n, i),
+                                         client=client)
+                assert ok is False
+                failed.add(client)
+                i += 1
+
+        async def scrape(password: bytes, client: str) -> int:
+            """The scraper's check of `password` (right, never cached): how long it waited."""
+            policy["users"] = {"prometheus": _hash(password)}  # a rotation, or a first check
+            mark = len(counting.order)
+            assert await checker.check(policy["users"], b"prometheus", password,
+                                       client=client) is True
+            return counting.order.index(password) - mark
+
+        flood = [asyncio.create_task(guesser(n)) for n in range(64)]
+        while counting.calls < 40:  # the flood has run a while: its addresses are still new
+            await asyncio.sleep(0.01)
+        # a new scraper ranks with the flood's new addresses, oldest first: at most the
+        # guessers' checks (one each) and the one running are ahead of it
+        assert await scrape(b"first", "127.0.0.1") <= 64 + 1
+        # its address has succeeded: after a rotation it is next, every time
+        assert max([await scrape(b"rotated-%d" % r, "127.0.0.1") for r in range(6)]) <= 1
+        while len(failed) < 250:  # every flood address has failed once
+            await asyncio.sleep(0.01)
+        # a new scraper (a new replica) ranks ahead of every address that failed
+        assert await scrape(b"replica", "127.0.0.252") <= 1
+        stop.set()
+        await asyncio.gather(*flood)
         checker.close()
 
     asyncio.run(main())
