@@ -172,6 +172,26 @@ def case_hpc() -> str:
     return f"{n} jobs kept: x{n} copies of the GPUs' series (~40 each: {40 * n:,} series)"
 
 
+def case_hpc_long() -> str:
+    """8 mapping files of 64 job ids of 1,000 characters each, on a simulated 8-GPU node."""
+    from podgpu.attribution.hpcjobs import HpcJobMapper
+    from podgpu.collect import Collector
+    from podgpu.fields.metriclist import load_default
+    from podgpu.sim.backend import MODELS, SimulatedBackend
+    from podgpu.sinks.prometheus.exposition import RenderOptions, render
+    from podgpu.sinks.prometheus.labels import LabelOptions
+
+    d = Path(tempfile.mkdtemp())
+    for gpu in range(8):
+        (d / str(gpu)).write_text("".join(f"{i:04d}{'x' * 996}\n" for i in range(64)))
+    metrics = load_default()
+    backend = SimulatedBackend(8, MODELS["H100"])
+    backend.open()
+    snap = Collector(backend, metrics.fields, hpc_jobs=HpcJobMapper(str(d)).read).cycle()
+    text = render(snap, metrics, RenderOptions(LabelOptions(hostname="n")))
+    return f"/metrics {len(text):,} bytes, {text.count(b'hpc_job=')} series with hpc_job"
+
+
 def case_pod_events() -> str:
     from podgpu.attribution.podwatch import PodWatcher, parse_pod
 
@@ -190,6 +210,7 @@ def case_pod_events() -> str:
 INNER = {"podlist-endless": case_podlist_endless, "kubelet-2gib": case_kubelet_2gib,
          "kubelet-legal": case_kubelet_legal, "bridge-sample": case_bridge_sample,
          "spool-tiny": case_spool_tiny, "spool-foreign": case_spool_foreign, "hpc": case_hpc,
+         "hpc-long": case_hpc_long,
          "pod-events": case_pod_events}
 
 
