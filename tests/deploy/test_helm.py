@@ -11,6 +11,7 @@ working exporter (tests/deploy/contract.py); the release's package names its ima
 from __future__ import annotations
 
 import base64
+import re
 import shlex
 import shutil
 import subprocess
@@ -32,7 +33,14 @@ from tests.deploy.helmchart import CHART, chart, helm, prerender, template
 from tests.deploy.render import ROOT, container, one, render
 from tests.deploy.standins import LogsStandIn
 from tests.deploy.test_manifests import K8S_VERSIONS, servicemonitor_validator
-from tests.deploy.test_operator_phases import OPERATORS, expected, phases, schedules
+from tests.deploy.test_operator_phases import (
+    NO_OPERATOR,
+    OPERATORS,
+    expected,
+    phases,
+    schedules,
+    waited_for,
+)
 from tests.deploy.test_startup_contract import UUIDS, get, series, start, wait_until
 from tests.deploy.test_startup_contract import kube_api as startup_kube_api
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path
@@ -110,6 +118,10 @@ MATRIX: dict[str, tuple[dict[str, Any], str, str]] = {
     "re-namespaced": ({"serviceMonitor": {"enabled": True}, "cloudwatch": CW},
                       "gpu-metrics", "team-gpu"),
     "dcgm-exporter-values": (DCGM_USUAL, "podgpu", "podgpu"),
+    "replaces-exporter": ({"gpuOperator": {"replacesExporter": True},
+                           "serviceMonitor": {"enabled": True, "interval": "15s",
+                                              "scrapeTimeout": "10s", "honorLabels": False},
+                           "cloudwatch": CW}, "podgpu", "gpu-operator"),
     "all-on": (ALL_ON, "podgpu", "podgpu"),
 }
 
@@ -231,14 +243,22 @@ def test_rendering_steps_aside_in_every_gpu_operator_phase(name: str) -> None:
     node being drained of GPU clients; on ready nodes unless the values narrow it (the client
     label: v26.7 only, as the gpu-operator overlay)."""
     values = MATRIX[name][0]
-    pod = one(objects(name), "DaemonSet")["spec"]["template"]["spec"]
-    as_overlay = "overlays/gpu-operator" if values.get("gpuOperator", {}).get("client") \
-        else "base"
+    ds = one(objects(name), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    operator = values.get("gpuOperator", {})
+    as_overlay = ("overlays/dcgm-exporter-migration" if operator.get("replacesExporter")
+                  else "overlays/gpu-operator" if operator.get("client") else "base")
+    meta = {**ds["spec"]["template"]["metadata"], "namespace": ds["metadata"]["namespace"]}
     extra = values.get("nodeSelector", {})  # the user's own node label, on every node here
     for op in OPERATORS:
         for phase, (labels, kind) in phases(op).items():
             want = expected(as_overlay, op, kind)
             assert schedules(pod, {**labels, **extra}) is want, (name, op.version, phase)
+        # where the operator's managers stop GPU clients, they wait for podgpu's pod to exit
+        if as_overlay != "base" and expected(as_overlay, op, "ready"):
+            assert waited_for(meta, pod, op), (name, op.version)
+    for node, (labels, gpu) in NO_OPERATOR.items():  # no GPU Operator at all
+        assert schedules(pod, {**labels, **extra}) is (gpu and as_overlay == "base"), node
 
 
 # --- what the values do ---------------------------------------------------------------------
@@ -296,6 +316,32 @@ def test_dcgm_exporter_values_land_where_that_chart_puts_them(tmp_path: Path) ->
     assert sm["metadata"]["labels"]["release"] == "prom"
     assert ep["relabelings"][-1] == values["serviceMonitor"]["relabelings"][0]
     assert {"action": "labeldrop", "regex": "(pod|namespace|container)"} in ep["relabelings"]
+
+
+def test_in_place_of_the_operators_exporter() -> None:
+    """gpuOperator.replacesExporter: what the operator's exporter objects carry
+    (assets/state-dcgm-exporter/0400_service.yaml, 0500_service_monitor.yaml,
+    0800_daemonset.yaml), under podgpu's own names (the operator deletes its exporter's names
+    while the exporter is disabled)."""
+    objs = objects("replaces-exporter")
+    for o in objs:
+        assert o["metadata"]["name"] != "nvidia-dcgm-exporter", o["kind"]
+    ds = one(objs, "DaemonSet")
+    assert ds["spec"]["template"]["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"
+    c = container(objs)
+    assert c["name"] == "nvidia-dcgm-exporter"
+    assert c["args"][c["args"].index("--collectors") + 1] == \
+        "/etc/dcgm-exporter/dcp-metrics-included.csv"
+    assert c["args"][c["args"].index("--emf-container-name") + 1] == c["name"]
+    svc = one(objs, "Service")
+    assert svc["metadata"]["labels"]["app"] == "nvidia-dcgm-exporter"
+    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("gpu-metrics", 9400)]
+    sm = one(objs, "ServiceMonitor")
+    assert sm["spec"]["jobLabel"] == "app"
+    assert sm["spec"]["selector"]["matchLabels"]["app"] == "nvidia-dcgm-exporter"
+    (ep,) = sm["spec"]["endpoints"]
+    assert (ep["port"], ep["interval"], ep["scrapeTimeout"], ep["honorLabels"]) == (
+        "gpu-metrics", "15s", "10s", False)
 
 
 def test_a_user_node_affinity_replaces_the_chart_one() -> None:
@@ -570,3 +616,60 @@ def test_the_readme_helm_command_renders() -> None:
     assert container(objs)["image"] == "REGISTRY/podgpu:0.1.0"
     assert "--cloudwatch-config" in container(objs)["args"]
     assert one(objs, "ServiceMonitor")["metadata"]["namespace"] == "podgpu"
+
+
+# Every value of NVIDIA's dcgm-exporter chart: github.com/NVIDIA/dcgm-exporter
+# deployment/values.yaml (chart 4.8.2, commit d5e5f510a1b6b393f39a43293ccd9dc985defc79), plus
+# `initContainers`, which its daemonset.yaml template reads.
+DCGM_EXPORTER_VALUES = (
+    "image.repository", "image.pullPolicy", "image.tag", "arguments", "imagePullSecrets",
+    "nameOverride", "fullnameOverride", "namespaceOverride", "hostPID", "runtimeClassName",
+    "priorityClassName", "hostNetwork", "serviceAccount.create", "serviceAccount.annotations",
+    "serviceAccount.name", "rollingUpdate.maxUnavailable", "rollingUpdate.maxSurge", "podLabels",
+    "podAnnotations", "podSecurityContext", "securityContext", "service.enable", "service.type",
+    "service.internalTrafficPolicy", "service.clusterIP", "service.port", "service.address",
+    "service.annotations", "resources", "serviceMonitor.apiVersion", "serviceMonitor.enabled",
+    "serviceMonitor.interval", "serviceMonitor.scrapeTimeout", "serviceMonitor.honorLabels",
+    "serviceMonitor.additionalLabels", "serviceMonitor.relabelings",
+    "serviceMonitor.metricRelabelings", "nodeSelector", "tolerations", "affinity",
+    "extraHostVolumes", "extraConfigMapVolumes", "extraVolumeMounts", "extraEnv", "kubeletPath",
+    "tlsServerConfig.enabled", "tlsServerConfig.autoGenerated", "tlsServerConfig.existingSecret",
+    "tlsServerConfig.certFilename", "tlsServerConfig.keyFilename", "tlsServerConfig.caFilename",
+    "tlsServerConfig.clientAuthType", "tlsServerConfig.key", "tlsServerConfig.cert",
+    "tlsServerConfig.ca", "basicAuth.users", "kubernetes.enablePodLabels",
+    "kubernetes.enablePodUID", "kubernetes.podLabelAllowlistRegex", "kubernetes.rbac.create",
+    "debugDump.enabled", "debugDump.directory", "debugDump.retention", "debugDump.compression",
+    "kubernetesDRA.enabled", "customMetrics", "livenessProbe.initialDelaySeconds",
+    "livenessProbe.periodSeconds", "readinessProbe.initialDelaySeconds", "initContainers",
+)
+
+
+def mapping_rows() -> dict[str, str]:
+    """docs/deploy.md's table of dcgm-exporter values: each value named in a row's first cell
+    (`a.b`, `.c` continuing the last full name) -> the row's second cell."""
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    table = docs.split("**Every value of the dcgm-exporter chart**", 1)[1].split("\n\n")[1]
+    rows: dict[str, str] = {}
+    for line in table.splitlines()[2:]:
+        first, second = [cell.strip() for cell in line.strip("|").split("|")][:2]
+        prefix = ""
+        for name in re.findall(r"`([^`]+)`", first):
+            if name.startswith("."):
+                name = prefix + name[1:]
+            else:
+                prefix = name.rsplit(".", 1)[0] + "." if "." in name else ""
+            rows[name] = second
+    return rows
+
+
+def test_docs_map_every_dcgm_exporter_value() -> None:
+    rows = mapping_rows()
+    assert sorted(set(DCGM_EXPORTER_VALUES) - set(rows)) == []
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    for name, says in rows.items():
+        here: Any = defaults
+        for part in name.split("."):
+            here = here.get(part, KeyError) if isinstance(here, dict) else KeyError
+        # "same" means this chart has the value under that name; "none" that it has not
+        assert (here is not KeyError) == says.startswith("same"), (name, says)
+        assert says.startswith(("same", "none")), (name, says)

@@ -25,7 +25,11 @@ IRSA = ("podgpu-irsa", ("ROLE_ARN=arn:aws:iam::111122223333:role/podgpu-cloudwat
 CW = {"enabled": True, "clusterName": "my-cluster", "region": "us-east-1"}
 TLS = {"tlsServerConfig": {"enabled": True}, "webConfig": {"existingSecret": "podgpu-web-config"}}
 
-# name: (chart values, kustomize components in the documented order, generated ConfigMaps)
+MIGRATION = {"gpuOperator": {"replacesExporter": True},
+             "serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "10s",
+                                "honorLabels": False}}
+# name: (chart values, kustomize components in the documented order, generated ConfigMaps);
+# the migration ones in the operator's namespace
 SAME: dict[str, tuple[dict[str, Any], tuple[str, ...], tuple[Any, ...]]] = {
     "base": ({}, (), ()),
     "prometheus": ({"serviceMonitor": {"enabled": True}}, ("prometheus",), ()),
@@ -48,13 +52,24 @@ SAME: dict[str, tuple[dict[str, Any], tuple[str, ...], tuple[Any, ...]]] = {
              "gpuOperator": {"client": True}, "runtimeClassName": ""},
             ("prometheus", "cloudwatch", "cloudwatch-pod-identity", "container-insights",
              "default-runtime", "gpu-operator-client", "tls"), (ENV,)),
+    "dcgm-exporter-migration": (MIGRATION, ("prometheus", "dcgm-exporter-migration"), ()),
+    "dcgm-exporter-migration-all": (
+        {**MIGRATION, **TLS, "cloudwatch": CW},
+        ("prometheus", "cloudwatch", "cloudwatch-pod-identity", "dcgm-exporter-migration",
+         "tls"), (ENV,)),
 }
+
+
+def namespace(name: str) -> str:
+    return "gpu-operator" if "migration" in name else "podgpu"
+
+
 HASHED = re.compile(r'"(podgpu-cloudwatch(?:-env)?)-[a-z0-9]{10}"')
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _rendered() -> None:
-    prerender([(values, "podgpu", "podgpu") for values, _, _ in SAME.values()])
+    prerender([(values, "podgpu", namespace(name)) for name, (values, _, _) in SAME.items()])
 
 
 def normal(spec: dict[str, Any]) -> dict[str, Any]:
@@ -65,11 +80,15 @@ def normal(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def pod_specs(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def both(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     values, components, maps = SAME[name]
-    ours = one(list(chart(values)), "DaemonSet")["spec"]
-    theirs = one(list(compose(components, config_maps=maps)), "DaemonSet")["spec"]
-    return ours, theirs
+    return (list(chart(values, namespace=namespace(name))),
+            list(compose(components, config_maps=maps, namespace=namespace(name))))
+
+
+def pod_specs(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    ours, theirs = both(name)
+    return one(ours, "DaemonSet")["spec"], one(theirs, "DaemonSet")["spec"]
 
 
 @pytest.mark.parametrize("name", SAME)
@@ -85,6 +104,30 @@ def test_the_chart_and_kustomize_render_the_same_pod(name: str) -> None:
                     " or deploy/kubernetes so both say the same:\n" + "\n".join(diff))
     for key in ("updateStrategy", "minReadySeconds"):
         assert ours[key] == theirs[key], key
+    # The pods carry kustomize's labels (the chart adds its instance and version labels).
+    assert theirs["template"]["metadata"]["labels"].items() <= ours["template"]["metadata"][
+        "labels"].items()
+
+
+@pytest.mark.parametrize("name", SAME)
+def test_the_chart_and_kustomize_render_the_same_service_and_scrape(name: str) -> None:
+    """The Service's ports and labels, the ServiceMonitor's endpoint and job label, the
+    ServiceAccount's annotations (IRSA): the same in both."""
+    ours, theirs = both(name)
+    svc, their_svc = one(ours, "Service"), one(theirs, "Service")
+    assert svc["spec"]["ports"] == their_svc["spec"]["ports"]
+    assert their_svc["metadata"]["labels"].items() <= svc["metadata"]["labels"].items()
+    for annotation, value in their_svc["metadata"].get("annotations", {}).items():
+        assert svc["metadata"]["annotations"][annotation] == value
+    monitors = [o for o in ours if o["kind"] == "ServiceMonitor"]
+    their_monitors = [o for o in theirs if o["kind"] == "ServiceMonitor"]
+    assert len(monitors) == len(their_monitors)
+    for sm, their_sm in zip(monitors, their_monitors, strict=True):
+        assert sm["spec"]["endpoints"] == their_sm["spec"]["endpoints"]
+        assert sm["spec"].get("jobLabel") == their_sm["spec"].get("jobLabel")
+        assert their_sm["metadata"]["labels"].items() <= sm["metadata"]["labels"].items()
+    assert one(ours, "ServiceAccount")["metadata"].get("annotations") == one(
+        theirs, "ServiceAccount")["metadata"].get("annotations")
 
 
 def test_the_comparison_sees_a_difference() -> None:

@@ -61,6 +61,11 @@ true
 {{- printf "%s-web-config" (include "podgpu.fullname" .) -}}
 {{- end -}}
 
+{{/* The Service's port name: the operator exporter's when podgpu replaces it. */}}
+{{- define "podgpu.portName" -}}
+{{- ternary "gpu-metrics" "metrics" (.Values.gpuOperator.replacesExporter | default false) -}}
+{{- end -}}
+
 {{- define "podgpu.scheme" -}}
 {{- ternary "HTTPS" "HTTP" (.Values.tlsServerConfig.enabled | default false) -}}
 {{- end -}}
