@@ -130,7 +130,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
            parse_bool, True),
     Option(("-d", "--devices"), "collect.devices", "DCGM_EXPORTER_DEVICES_STR", DeviceSelection(),
            "devices to export: f (every GPU, MIG instances of MIG GPUs), g[:0,1], i[:0-3] (MIG "
-           "GPU-instance ids) or g+i", parse_device_selection, metavar="SPEC", shown="f"),
+           "GPU instances by DCGM entity id, as dcgm-exporter) or g+i", parse_device_selection,
+           metavar="SPEC", shown="f"),
     Option(("--kubernetes-enable-dra",), "kubernetes.dra", "KUBERNETES_ENABLE_DRA", False,
            "attribute GPUs allocated through Kubernetes DRA (driver gpu.nvidia.com)", parse_bool,
            True),
