@@ -8,11 +8,12 @@ transport could not hand to the kernel (a copy: asyncio's write buffer, or TLS c
 unsent rest of an answer is a memoryview of the one published body, shared by every connection,
 and costs nothing per connection.
 
-Over `limit` in total, the connections holding the most are closed (with a reset) until the
-total is under three quarters of it; of two holding as much, the older goes first. A scraper
-that reads its answers holds nothing between requests and a few KiB for a moment while one
-arrives, so the connections closed are the ones whose work does not complete: stalled
-handshakes, pipeliners that do not read.
+Over `limit` in total, the connections whose incomplete work is oldest (held longest without
+a break) are closed (with a reset) until the total is under three quarters of it. A scraper
+holds nothing between requests and something for a moment while one is answered, so the
+connections closed are the ones whose work does not complete (stalled handshakes, pipeliners
+that do not read, slow readers), never a scraper that completes its requests, however much
+its moment holds (a TLS handshake's state is the largest single charge).
 """
 
 from __future__ import annotations
@@ -34,30 +35,31 @@ class Holder(Protocol):
     """What the budget needs of a connection."""
 
     peer: str
-    born: int
-    """Order of acceptance (older: smaller)."""
 
     def abort(self) -> None: ...
 
 
 class MemoryBudget:
-    """Bytes held per connection and in total; sheds the largest holders when over `limit`."""
+    """Bytes held per connection and in total; sheds the oldest holders when over `limit`."""
 
     def __init__(self, limit: int = DEFAULT_MEMORY_BUDGET, *, rate_log: Any = None) -> None:
         self.limit = limit
         self.total = 0
         self.evicted = 0
-        self._held: dict[Holder, int] = {}
+        self._held: dict[Holder, int] = {}  # in the order their holding began
         self._rate_log = rate_log
 
     def held(self, conn: Holder) -> int:
         return self._held.get(conn, 0)
 
     def charge(self, conn: Holder, nbytes: int) -> None:
-        """`conn` now holds `nbytes` (replacing what it was charged before)."""
-        old = self._held.pop(conn, 0)
+        """`conn` now holds `nbytes` (replacing what it was charged before); 0 ends its turn
+        (a later holding counts as new work)."""
+        old = self._held.get(conn, 0)
         if nbytes > 0:
-            self._held[conn] = nbytes
+            self._held[conn] = nbytes  # a holder keeps its place: its work is not new
+        elif old:
+            del self._held[conn]
         self.total += nbytes - old
         if self.total > self.limit:
             self._shed()
@@ -67,8 +69,7 @@ class MemoryBudget:
 
     def _shed(self) -> None:
         goal = self.limit * 3 // 4
-        victims = sorted(self._held.items(), key=lambda kv: (-kv[1], kv[0].born))
-        for conn, _ in victims:
+        for conn in list(self._held):  # oldest work first
             if self.total <= goal:
                 break
             self.release(conn)
@@ -76,7 +77,7 @@ class MemoryBudget:
             if self._rate_log is not None:
                 self._rate_log("budget", logging.WARNING,
                                "memory budget of %d MiB for peers reached: closing the "
-                               "connections holding the most (from %s)",
+                               "connections holding incomplete work longest (from %s)",
                                self.limit >> 20, conn.peer)
             conn.abort()
 

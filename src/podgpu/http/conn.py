@@ -56,12 +56,11 @@ class Connection(asyncio.BufferedProtocol):
 
     __slots__ = ("_close_after", "_discarded", "_eof", "_h11", "_listener", "_looping", "_out",
                  "_paused_writing", "_pending", "_pump_soon", "_remote",
-                 "_sndbuf", "_sock", "_task", "_tls", "_transport", "born", "machine", "peer",
+                 "_sndbuf", "_sock", "_task", "_tls", "_transport", "machine", "peer",
                  "timer")
 
-    def __init__(self, listener: Listener, born: int = 0) -> None:
+    def __init__(self, listener: Listener) -> None:
         self._listener = listener
-        self.born = born
         ctx = listener.ssl_context
         self.machine = Machine(_S.HELLO if ctx is not None else _S.IDLE)
         self._transport: asyncio.Transport | None = None
@@ -183,7 +182,10 @@ class Connection(asyncio.BufferedProtocol):
         """Tell the budget what this connection holds now (http.budget says what counts)."""
         if self.state is _S.CLOSED:
             return
-        held = self._tls.held() if self._tls is not None else 0
+        held = 0
+        if self._tls is not None and (self.state is not _S.IDLE or
+                                      self._listener.guard.state(self) != "idle"):
+            held = self._tls.held()  # a scraper between requests holds nothing
         if self._h11 is not None:
             held += len(self._h11.trailing_data[0])
         if self._transport is not None:

@@ -4,7 +4,6 @@ its connections (http.conn) share."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import ssl
 from collections.abc import Callable
 
@@ -38,7 +37,6 @@ class Listener:
         self.call_soon: Callable[[Callable[[], None]], object] = _call_soon
         """Runs a function in the event loop's next turn (a unit test's fake loop replaces it)."""
         self.budget = guard.budget
-        self._born = itertools.count()
 
     def parser(self) -> h11.Connection:
         """A fresh request parser (one per request: h11 parses requests only)."""
@@ -46,7 +44,7 @@ class Listener:
 
     def __call__(self) -> Connection:
         self.memory.opened(self.guard.open_connections + 1)
-        return Connection(self, next(self._born))
+        return Connection(self)
 
 
 def _call_soon(fn: Callable[[], None]) -> object:

@@ -17,6 +17,10 @@ from podgpu.http.tlsgate import MAX_HANDSHAKE_INPUT, HelloGate, Refused
 __all__ = ["Received", "Refused", "TlsLayer"]
 
 _PLAIN_READ = 16384
+STATE_BYTES = 32 * 1024
+"""What OpenSSL holds for one connection once its SSLObject exists, charged to the memory budget
+(measured: ~19 KiB after a handshake, ~35 KiB with a partial record buffered; bench/RESULTS.md
+"Listener memory budget")."""
 
 
 class Received(NamedTuple):
@@ -49,10 +53,11 @@ class TlsLayer:
         self.peercert: Any = None
 
     def held(self) -> int:
-        """Bytes held for the peer before the handshake completed (http.budget)."""
+        """Bytes held for the peer (http.budget): the ClientHello arriving, else OpenSSL's
+        state and what it was fed before the handshake completed."""
         if self.gate is not None:
             return len(self.gate.held)
-        return 0 if self.shaken else self.fed
+        return STATE_BYTES + (0 if self.shaken else self.fed)
 
     def receive(self, data: bytes) -> Received:
         hello_whole = False

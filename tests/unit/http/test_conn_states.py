@@ -23,6 +23,7 @@ from podgpu.http.listener import READ_SIZE, Listener
 from podgpu.http.sockio import MIN_STEP
 from podgpu.http.states import TRANSITIONS, Event, InvalidTransition, Machine, State
 from podgpu.http.tlsgate import MAX_HELLO
+from podgpu.http.tlslayer import STATE_BYTES
 from tests.harness import unverified_tls
 from tests.tlsutil import Pki
 from tests.unit.http.fakes import FakeTransport, Scheduler
@@ -47,8 +48,15 @@ class Turns:
 
 
 def connection(room: int = 1 << 30, *, tls: ssl.SSLContext | None = None,
-               budget: int | None = None) -> tuple[Connection, FakeTransport, ConnectionGuard,
-                                                   Scheduler, Turns]:
+               budget: int | None = None, listener: Listener | None = None,
+               ) -> tuple[Connection, FakeTransport, ConnectionGuard, Scheduler, Turns]:
+    """A connection on a fake transport, of a new listener or of `listener` (its guard's
+    clock and its loop turns are then the first connection's)."""
+    if listener is not None:
+        conn = listener()
+        transport = FakeTransport(conn)
+        conn.connection_made(transport)
+        return conn, transport, listener.guard, Scheduler(), Turns()
     app = App()
     app.add_get("/metrics", lambda _r: Response.of(200, BODY, "text/plain"))
     app.add_get("/n", lambda r: Response.text(200, r.headers.get("x-n", "")))
@@ -299,28 +307,47 @@ def test_over_the_budget_the_connections_holding_the_most_go_first_never_idle_sc
 
 
 class Holder:
-    def __init__(self, name: str, born: int) -> None:
-        self.peer, self.born, self.aborted = name, born, False
+    def __init__(self, name: str) -> None:
+        self.peer, self.aborted = name, False
 
     def abort(self) -> None:
         self.aborted = True
 
 
-def test_the_budget_sheds_the_largest_then_the_oldest_down_to_three_quarters() -> None:
+def test_the_budget_sheds_the_oldest_work_first_down_to_three_quarters() -> None:
     budget = MemoryBudget(1000)
-    a, b, c, d = (Holder(n, i) for i, n in enumerate("abcd"))
+    a, b, c, d = (Holder(n) for n in "abcd")
     budget.charge(a, 300)
-    budget.charge(b, 300)
-    budget.charge(c, 100)
-    budget.charge(d, 0)  # a scraper between requests holds nothing
+    budget.charge(b, 100)
+    budget.charge(c, 300)
+    budget.charge(a, 200)  # still the same work: a keeps its place as the oldest
+    budget.charge(d, 100)
     assert budget.total == 700 and not any(h.aborted for h in (a, b, c, d))
-    budget.charge(c, 500)  # 1100: c holds the most
-    assert c.aborted and not a.aborted and budget.total == 600 and budget.evicted == 1
-    budget.charge(d, 500)  # 1100 again: d holds the most, then a (older than b)
-    assert d.aborted and budget.total == 600 and not a.aborted
-    budget.charge(b, 700)  # 1000 + ... b 700, a 300: 1000 is not over
-    assert not b.aborted
-    budget.charge(a, 400)  # 1100: b (700) goes; 400 left
-    assert b.aborted and not a.aborted and budget.total == 400
-    budget.release(a)
+    budget.charge(b, 0)  # b's request completed: it holds nothing
+    budget.charge(b, 500)  # new work, the youngest: 1,100 is over, a (oldest) and c go
+    assert a.aborted and c.aborted and not b.aborted and not d.aborted
+    assert budget.total == 600 and budget.evicted == 2
+    budget.release(b)
+    budget.release(d)
     assert budget.total == 0
+
+
+def test_a_tls_scraper_mid_handshake_outlives_older_stalled_clienthellos(
+        server_tls: ssl.SSLContext) -> None:
+    """The scraper's handshake state is the largest single charge; it is still not closed."""
+    hello = client_hello()[3]
+    # over the budget once the scraper's handshake is charged; under its three quarters once
+    # two of the three stalled ones are gone
+    limit = (8009 + STATE_BYTES + len(hello)) * 4 // 3 + 1
+    assert 3 * 8009 + STATE_BYTES + len(hello) > limit
+    first, t0, guard, _, _ = connection(tls=server_tls, budget=limit)
+    listener = first._listener
+    stalled = [(first, t0)] + [connection(listener=listener)[:2] for _ in range(2)]
+    for conn, _ in stalled:  # ClientHellos of 16,112 bytes, 8,009 of them sent
+        send(conn, b"\x16\x03\x01\x3f\x00\x01\x00\x3e\xf0" + b"\x00" * 8000)
+    assert guard.budget.total == 3 * 8009
+    scraper, st, _, _, _ = connection(listener=listener)
+    send(scraper, hello)  # its handshake begins: OpenSSL's state is charged
+    assert scraper.state is State.HANDSHAKE and not st.aborted
+    assert guard.budget.held(scraper) > max(guard.budget.held(c) for c, _ in stalled)
+    assert [t.aborted for _, t in stalled] == [True, True, False]  # the oldest went
