@@ -11,7 +11,11 @@ spawn to the first valid /metrics (HTTP 200 with a GPU series; polled every 5 ms
 connection), then from 5 s after spawn 300 back-to-back scrapes on one keep-alive connection
 with `Accept-Encoding: gzip` (as Prometheus asks), then RSS (VmRSS) 12 s after spawn, then
 SIGTERM. `--modules` runs the exporters under `-X importtime` and adds the number of modules
-each had imported by then (that costs start-up time: leave it off for the timings). podgpu runs bare
+each had imported by then (that costs start-up time: leave it off for the timings).
+`--breakdown` adds one podgpu start under `-X importtime` with JSON logs, split at its own log
+lines: seconds to the device line (imports and NVML's init done), to "listening" (the first
+collection and the listener's imports done), to the first valid /metrics, and the import time
+within each part. podgpu runs bare
 (NVML, `-c 1000`, no kubelet, no EMF, no web config); `--before-src` adds another podgpu tree
 (e.g. a `git archive` of an older commit) measured the same way; nvitop-exporter runs at
 `--interval 1.0`. The median of the rounds is reported per exporter.
@@ -124,6 +128,51 @@ def one_start(kind: str, src: Path | None, simulate: bool, modules: bool) -> dic
     return out
 
 
+def breakdown(src: Path, simulate: bool) -> dict[str, Any]:
+    """One podgpu start split at its log lines (see the module docstring)."""
+    import threading
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(src), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    cmd = [*command("podgpu", port, simulate, True), "--log-format", "json"]
+    lines: list[tuple[float, str]] = []
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stderr is not None
+    stream = proc.stderr
+
+    def read() -> None:
+        for line in stream:
+            lines.append((time.perf_counter() - t0, line.rstrip("\n")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        first = first_metrics(port, SERIES["podgpu"], proc, t0)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        reader.join(5)
+    marks = {"devices": ('"NVML: ', '"SIMULATED GPU node'), "listening": ('"listening on',)}
+    at = {name: next((t for t, line in lines if any(m in line for m in needles)), None)
+          for name, needles in marks.items()}
+    spans = {"imports_and_nvml_init": (0.0, at["devices"]),
+             "first_collection_and_listener": (at["devices"], at["listening"]),
+             "to_first_metrics": (at["listening"], first)}
+    out: dict[str, Any] = {"first_metrics_s": round(first, 3)}
+    for name, (start, end) in spans.items():
+        if start is None or end is None:
+            continue
+        micros = sum(int(line.split("|")[0].split(":")[1]) for t, line in lines
+                     if start <= t < end and line.startswith("import time:")
+                     and line.split("|")[0].split(":")[1].strip().isdigit())
+        out[name] = {"seconds": round(end - start, 3), "import_self_s": round(micros / 1e6, 3)}
+    out["modules"] = sum(line.startswith("import time:") for _, line in lines) - 1
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -132,6 +181,7 @@ def main() -> int:
     ap.add_argument("--before-src", type=Path, help="another podgpu tree, measured the same way")
     ap.add_argument("--simulate", action="store_true", help="no GPU: podgpu --simulate, no nvitop")
     ap.add_argument("--modules", action="store_true", help="count imported modules (-X importtime)")
+    ap.add_argument("--breakdown", action="store_true", help="one more podgpu start, split")
     a = ap.parse_args()
     kinds: list[tuple[str, Path | None]] = [("podgpu", a.src.resolve())]
     if a.before_src:
@@ -145,8 +195,12 @@ def main() -> int:
             print(kind, runs[kind][-1], flush=True)
     median = {k: {key: sorted(r[key] for r in v)[len(v) // 2] for key in v[0]}
               for k, v in runs.items()}
-    doc = {"command": " ".join(sys.argv), "python": sys.version.split()[0], "median": median,
-           "runs": runs}
+    doc: dict[str, Any] = {"command": " ".join(sys.argv), "python": sys.version.split()[0],
+                           "median": median, "runs": runs}
+    if a.breakdown:
+        doc["breakdown"] = {kind: breakdown(src, a.simulate) for kind, src in kinds
+                            if src is not None}
+        print(json.dumps(doc["breakdown"], indent=1))
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(median, indent=1))
     return 0
