@@ -198,15 +198,14 @@ def _log_devices(agent: Agent) -> None:
 
     backend = agent.backend
     devices = backend.devices()
-    info = backend.info()
-    gpus = len({d.uuid for d in devices})  # a MIG GPU and its instances count once
-    mig = sum(1 for d in devices if d.is_mig)
-    more = f" ({mig} MIG GPU instance(s))" if mig else ""
+    gpus, mig = len({d.uuid for d in devices}), sum(1 for d in devices if d.is_mig)
+    more = f" ({mig} MIG GPU instance(s))" if mig else ""  # a MIG GPU counts once
     if agent.settings.simulation is not None:
         log.warning("SIMULATED GPU node: %d x %s%s; these values are not from real GPUs",
                     gpus, devices[0].model if devices else "?", more)
     elif devices or not isinstance(backend, DriverWait):  # waiting: DriverWait logs it
-        log.info("NVML: %d GPU(s)%s, driver %s", gpus, more, info.get("driver_version"))
+        log.info("NVML: %d GPU(s)%s, driver %s", gpus, more,
+                 backend.info().get("driver_version"))
 
 
 def wire_lists(agent: Agent) -> Lists:
