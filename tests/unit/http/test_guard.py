@@ -49,6 +49,26 @@ def test_accept_errors_from_the_event_loop_are_rate_limited(
         "socket.accept() out of system resource: OSError: [Errno 24] Too many open files")
 
 
+def test_a_loop_error_keeps_its_traceback(caplog: pytest.LogCaptureFixture,
+                                          clock: FakeClock) -> None:
+    """A bug of podgpu's inside a callback must show where it is, not only its message."""
+    def callback() -> None:
+        raise AttributeError("'NoneType' object has no attribute 'close'")
+
+    loop = asyncio.new_event_loop()
+    try:
+        quiet_accept_errors(loop, RateLimitedLog(logging.getLogger("t"), clock=clock))
+        caplog.set_level(logging.INFO)
+        loop.call_soon(callback)
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    finally:
+        loop.close()
+    (record,) = caplog.records
+    assert record.exc_info is not None and record.exc_info[0] is AttributeError
+    assert "in callback" in caplog.text and 'raise AttributeError("' in caplog.text
+
+
 @pytest.mark.parametrize(("requested", "nofile", "cap"), [
     (2048, 1_048_576, 2048),
     (2048, 20_000, 2048),
