@@ -14,11 +14,10 @@ import os
 import subprocess
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path, PurePosixPath
-
-import pytest
 
 from tests.deploy.podman import IMAGE, image_present, podman
 from tests.deploy.render import compose, one
@@ -202,30 +201,73 @@ def gate_command() -> list[str]:
     return [*gate["command"], *gate["args"]]
 
 
-@pytest.mark.parametrize("ready_at_start", [True, False])
-def test_the_validation_gate_waits_for_toolkit_ready(tmp_path: Path,
-                                                      ready_at_start: bool) -> None:
-    image_present()
-    validations = tmp_path / "validations"
-    validations.mkdir()
-    if ready_at_start:
-        (validations / "toolkit-ready").write_text("")
-    name = f"podgpu-gate-{tmp_path.name[-12:]}".replace("_", "-").lower()
-    cmd = gate_command()
-    podman("run", "-d", "--name", name, "--read-only", "--cap-drop", "ALL",
-           "--security-opt", "no-new-privileges", "-e", "NVIDIA_VISIBLE_DEVICES=void",
-           "-v", f"{tmp_path}:/run/nvidia:ro", "--entrypoint", cmd[0], IMAGE, *cmd[1:])
+class Gate:
+    """The rendered gate running in the image against a stand-in /run/nvidia."""
+
+    def __init__(self, run_nvidia: Path) -> None:
+        image_present()
+        self.name = f"podgpu-gate-{run_nvidia.parent.name[-12:]}".replace("_", "-").lower()
+        cmd = gate_command()
+        podman("run", "-d", "--name", self.name, "--read-only", "--cap-drop", "ALL",
+               "--security-opt", "no-new-privileges", "-e", "NVIDIA_VISIBLE_DEVICES=void",
+               "-v", f"{run_nvidia}:/run/nvidia:ro", "--entrypoint", cmd[0], IMAGE, *cmd[1:])
+
+    def log(self) -> str:
+        out = podman("logs", self.name)
+        return out.stdout + out.stderr
+
+    def state(self) -> str:
+        return podman("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
+                      self.name).stdout.strip()
+
+    def says(self, words: str) -> None:
+        wait_for(lambda: words in self.log(), timeout=60, what=f"the gate saying {words!r}")
+        assert self.state().startswith("running"), (self.state(), self.log())
+
+    def exits(self) -> str:
+        return str(wait_for(lambda: self.state() if self.state().startswith("exited") else "",
+                            timeout=60, what="the gate to exit"))
+
+    def remove(self) -> None:
+        podman("rm", "-f", self.name, check=False)
+
+
+def validations(tmp_path: Path) -> Path:
+    d = tmp_path / "run-nvidia" / "validations"
+    d.mkdir(parents=True)
+    return d
+
+
+def test_the_gate_passes_a_validated_host_driver(tmp_path: Path) -> None:
+    d = validations(tmp_path)
+    (d / "driver-ready").write_text("IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\n")
+    (d / "toolkit-ready").write_text("")
+    gate = Gate(d.parent)
     try:
-        def state() -> str:
-            return podman("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
-                          name).stdout.strip()
-        if not ready_at_start:
-            wait_for(lambda: "waiting for /run/nvidia/validations/toolkit-ready" in
-                     podman("logs", name).stdout + podman("logs", name).stderr,
-                     timeout=60, what="the gate's waiting line")
-            assert state().startswith("running"), state()
-            (validations / "toolkit-ready").write_text("")
-        assert wait_for(lambda: state() if state().startswith("exited") else "", timeout=60,
-                        what="the gate to exit") == "exited 0"
+        assert gate.exits() == "exited 0", gate.log()
+        assert "starting podgpu" in gate.log()
     finally:
-        podman("rm", "-f", name, check=False)
+        gate.remove()
+
+
+def test_the_gate_waits_through_a_driver_upgrade_until_the_toolkit_is_revalidated(
+        tmp_path: Path) -> None:
+    """A containerized driver being upgraded: toolkit-ready and driver-ready are left from
+    before, .driver-ctr-ready was deleted by the old driver's preStop. The gate waits for the
+    new driver, then for a toolkit-ready written after it, and only then exits 0."""
+    d = validations(tmp_path)
+    (d / "driver-ready").write_text("IS_HOST_DRIVER=false\nNVIDIA_DRIVER_ROOT=/run/nvidia/driver\n")
+    (d / "toolkit-ready").write_text("")
+    old = time.time() - 3600
+    os.utime(d / "toolkit-ready", (old, old))
+    gate = Gate(d.parent)
+    try:
+        gate.says(".driver-ctr-ready: the GPU Operator's driver container has not loaded")
+        (d / ".driver-ctr-ready").write_text("")  # the new driver's startup probe
+        gate.says("toolkit-ready newer than .driver-ctr-ready")
+        (d / "toolkit-ready").unlink()  # the validator re-validates: delete, then write
+        gate.says("has not validated the driver and container toolkit on this node yet")
+        (d / "toolkit-ready").write_text("")
+        assert gate.exits() == "exited 0", gate.log()
+    finally:
+        gate.remove()

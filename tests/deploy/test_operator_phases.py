@@ -363,9 +363,12 @@ def test_a_pod_in_another_namespace_is_not_waited_for() -> None:
 
 # --- podgpu comes back when the driver is ready -------------------------------------------
 GATE_FILE = "/run/nvidia/validations/toolkit-ready"
-"""Written by the operator's validator (cmd/nvidia-validator/main.go, toolkitStatusFile, in
-the directory it empties when it starts), waited for by the operator's exporter's
-toolkit-validation init container (assets/state-dcgm-exporter/0800_daemonset.yaml)."""
+"""Written by the operator's validator (cmd/nvidia-validator/main.go, toolkitStatusFile),
+waited for by the operator's exporter's toolkit-validation init container
+(assets/state-dcgm-exporter/0800_daemonset.yaml). Beside it the validator's driver-ready
+(IS_HOST_DRIVER=...) and the driver container's .driver-ctr-ready (assets/state-driver: its
+startup probe writes it, its preStop deletes it); the gate's behaviour on them is run in the
+image by tests/deploy/test_image_packages.py."""
 
 
 @pytest.mark.parametrize("overlay", sorted(FOLLOWS_EXPORTER | CLIENT_KEYED))
@@ -375,7 +378,10 @@ def test_overlays_for_operator_clusters_wait_for_the_validated_driver(overlay: s
     (gate,) = pod["initContainers"]
     (main,) = pod["containers"]
     assert gate["image"] == main["image"]  # one `images:` entry sets both
-    assert GATE_FILE in gate["args"][0]
+    script = gate["args"][0]
+    directory, name = GATE_FILE.rsplit("/", 1)
+    assert f'd = "{directory}"' in script
+    assert all(f in script for f in (name, "driver-ready", ".driver-ctr-ready"))
     env = {e["name"]: e["value"] for e in gate["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"  # no driver injected before it exists
     (mount,) = gate["volumeMounts"]
