@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.deploy.helmchart import CHART, chart, prerender
-from tests.deploy.render import compose, one
+from tests.deploy.render import ROOT, compose, one
 
 ENV = ("podgpu-cloudwatch-env", ("CLUSTER_NAME=my-cluster", "AWS_REGION=us-east-1"))
 IRSA = ("podgpu-irsa", ("ROLE_ARN=arn:aws:iam::111122223333:role/podgpu-cloudwatch",))
@@ -137,3 +137,11 @@ def test_the_comparison_sees_a_difference() -> None:
     changed["containers"][0]["args"].append("--log-format=text")
     assert normal(changed) != normal(theirs["template"]["spec"])
     assert normal(ours["template"]["spec"]) == normal(theirs["template"]["spec"])
+
+
+def test_the_chart_carries_the_gpu_operator_gate_verbatim() -> None:
+    """The chart reads its init container from a copy of the gpu-operator component's patch."""
+    theirs = ROOT / "deploy" / "kubernetes" / "components" / "gpu-operator" / \
+        "toolkit-validation.yaml"
+    ours = CHART / "files" / "toolkit-validation.yaml"
+    assert ours.read_text() == theirs.read_text(), f"cp {theirs} {ours}"
