@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import socket
 import sys
 import tempfile
@@ -120,6 +121,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             counters = [line for line in body.decode().splitlines()
                         if line.startswith(("podgpu_http_auth", "podgpu_http_bcrypt",
                                                      "podgpu_http_requests_denied"))]
+    load = os.getloadavg()[0]
     per_address = result["per_address"]
     checks = [c["401"] for c in per_address.values()]
     ok = sum(s["status"] == "200" for s in scrapes)
@@ -137,6 +139,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         "flood_checks_per_address": {"max": max(checks), "median": sorted(checks)[len(checks) // 2],
                                      "allowed_max": 10 + int(a.duration)},
         "agent_counters": counters,
+        "load_average_1m_at_end": round(load, 1),  # this machine's, other work included
     }
 
 
