@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 
+from podgpu.accounting.holders import AccountingShares
 from podgpu.fields.metriclist import load_default
 from podgpu.sim.models import MODELS
 from podgpu.sim.node import Shape, SimNode, scenario_pods, simulated_node
@@ -49,7 +50,7 @@ def main() -> int:
     per_cycle, per_encode, events, nbytes = [], [], 0, 0
     for _ in range(args.rounds):
         builder = InsightsBuilder(InsightsOptions("bench", node.name), FixedNode(sim),
-                                  lambda: pods)
+                                  lambda: pods, shares=AccountingShares())
         acc = WindowAccumulator(60.0, lambda k, m: True)
         t0 = time.process_time()
         for s in snaps:

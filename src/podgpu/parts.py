@@ -199,5 +199,8 @@ def make_insights(settings: ServeSettings, cluster: str, attributor: Attributor 
         from podgpu.attribution.nodeinfo import NodeLookup
 
         node = NodeLookup(settings.kubernetes.node_name)
+    from podgpu.accounting.holders import AccountingShares
+
     return InsightsBuilder(InsightsOptions(cluster_name=cluster, node_name=host), node,
-                           pods if callable(pods) else no_pods, services)
+                           pods if callable(pods) else no_pods, services,
+                           shares=AccountingShares())

@@ -164,7 +164,7 @@ def advance(state: State, prev: Snapshot | None, cur: Snapshot,
 
 def holder_weights(rates: list[tuple[HolderKey, Rate]]) -> list[float]:
     """Each holder's part of its GPU's energy this interval (and of its power in the Container
-    Insights events, sinks/cloudwatch/insights_shares.py): its used share when every holder's
+    Insights events, accounting/holders.py): its used share when every holder's
     use is known and something was used, else its allocated share."""
     total = 0.0
     for _, r in rates:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from podgpu.accounting.holders import AccountingShares
 from podgpu.fields.metriclist import MetricList
 from podgpu.sim.models import MODELS
 from podgpu.sim.node import Shape, SimNode, scenario_pods, simulated_node
@@ -56,7 +57,7 @@ def estimate_insights(shape: Shape, metrics: MetricList, *, cluster: str, emf_in
     builder = InsightsBuilder(
         InsightsOptions(cluster, node.name),
         FixedNode(simulated_node(MODELS[shape.gpu_model.upper()], shape.gpus_per_node,
-                                 node.name)), lambda: pods)
+                                 node.name)), lambda: pods, shares=AccountingShares())
     acc = WindowAccumulator(emf_interval, lambda k, m: True)
     enc = InsightsEncoder()
     lines: list[str] = []

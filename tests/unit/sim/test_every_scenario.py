@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from podgpu.accounting.holders import AccountingShares
 from podgpu.accounting.source import Accountant
 from podgpu.backends.select import SelectedBackend
 from podgpu.collect import Collector
@@ -92,7 +93,8 @@ def run_selection(where: str, doc: dict[str, Any], model: str, sel: str) -> None
     acct = Accountant(labels)
     pods = scenario_pods(scenario)
     insights = InsightsBuilder(InsightsOptions("c", "node-a"),
-                               FixedNode(simulated_node(spec, count, "node-a")), lambda: pods)
+                               FixedNode(simulated_node(spec, count, "node-a")), lambda: pods,
+                               shares=AccountingShares())
     for t in TIMES:
         now[0] = start + t
         snap = collector.cycle()

@@ -52,12 +52,18 @@ from podgpu.sinks.cloudwatch.insights_contract import (
     is_insights,
     with_insights_fields,
 )
-from podgpu.sinks.cloudwatch.insights_shares import add, by_gpu, gpu_readings, holders
+from podgpu.sinks.cloudwatch.insights_shares import (
+    ShareRule,
+    add,
+    by_gpu,
+    gpu_readings,
+    holders,
+)
 from podgpu.sinks.cloudwatch.series import GAUGE, Item, LabelKey
 
 __all__ = ["FixedNode", "InsightsBuilder", "InsightsOptions", "KeepsInsightsFields",
-           "NoServices", "NodeSource", "ServiceSource", "device_readings", "is_insights",
-           "no_pods", "with_insights_fields"]
+           "NoServices", "NodeSource", "ServiceSource", "ShareRule", "device_readings",
+           "is_insights", "no_pods", "with_insights_fields"]
 """The contract's helpers serve's agent and the tests use are re-exported from here."""
 
 
@@ -130,8 +136,11 @@ class InsightsBuilder:
     """Snapshot -> Container Insights series (one label set per level, device and holder)."""
 
     def __init__(self, opts: InsightsOptions, node: NodeSource, pods: Pods = no_pods,
-                 services: ServiceSource | None = None) -> None:
+                 services: ServiceSource | None = None, *, shares: ShareRule) -> None:
+        """`shares`: what each holder has of each GPU, by accounting's rule
+        (accounting/holders.AccountingShares)."""
         self._opts = opts
+        self._shares = shares
         self._node = node
         self._started = False
         self._pods = pods
@@ -152,14 +161,15 @@ class InsightsBuilder:
         node = self._node.current()
         pods_now = self._pods()
         cids = _container_ids(snapshot)
-        for samples in by_gpu(snapshot).values():
-            gpu_dev, gpu = gpu_readings(samples)
+        shares = self._shares.holders(snapshot)
+        for uuid, samples in by_gpu(snapshot).items():
+            gpu_dev, gpu = gpu_readings(samples, self._shares)
             if not gpu:
                 continue
             yield self._key(NODE, gpu_dev, None, node), GAUGE, _items(NODE, gpu)
             containers: dict[ContainerRef, dict[str, float]] = {}
             pods: dict[tuple[str, str], tuple[ContainerRef, dict[str, float]]] = {}
-            for _, ref, own in holders(snapshot, samples, gpu):
+            for _, ref, own in holders(shares.get(uuid, ()), samples, gpu, self._shares):
                 if ref in containers:  # two instances of the GPU: one container, summed
                     add(containers[ref], own)
                 else:

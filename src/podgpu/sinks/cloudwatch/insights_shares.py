@@ -9,7 +9,7 @@ physical GPU:
   tensor-core activity each instance's weighted by its compute slices (3g of 7 busy at 100 % is
   42.857 % of the GPU), power and temperature the GPU's;
 - for every holder (a container on the GPU or on one of its instances), its share, by the rule
-  podgpu's accounting uses (accounting/shares.py, accounting/integrate.holder_weights):
+  podgpu's accounting uses (a ShareRule: accounting/holders.py, passed in by the wiring):
   utilisation is its used fraction of the physical GPU; memory used is its processes' (the
   instance's for a sole holder of a MIG instance); memory total its allocated part of its
   device (a time-sliced GPU's total x r/R; a MIG instance's own total); memory utilisation its
@@ -24,11 +24,10 @@ container gets the GPU's readings unchanged, as the add-on sends them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
-from podgpu.accounting.integrate import holder_weights
-from podgpu.accounting.shares import cycle_rates, mig_fraction
 from podgpu.model import ContainerRef, Device, Sample, Snapshot
 from podgpu.sinks.cloudwatch.insights_contract import device_readings
 
@@ -38,6 +37,22 @@ ADDITIVE = ("utilization", "memory_used", "memory_total", "memory_utilization", 
 
 Holder = tuple[Device, ContainerRef, dict[str, float]]
 """A container's readings on one device (a GPU or a MIG instance) of the GPU."""
+
+HolderShare = tuple[float, float | None, float | None, Device, ContainerRef, float]
+"""(allocated and used fractions of the physical GPU, memory bytes, device, container, weight:
+its part of the GPU's power)."""
+
+
+class ShareRule(Protocol):
+    """What each holder has of each GPU: accounting's rule (accounting/holders.py)."""
+
+    def holders(self, snapshot: Snapshot) -> Mapping[str, Sequence[HolderShare]]:
+        """Per physical GPU (UUID), each holder's share this cycle."""
+        ...
+
+    def fraction(self, device: Device) -> float:
+        """The fraction of its GPU a device is (a MIG instance's slices over the GPU's)."""
+        ...
 
 
 def by_gpu(snapshot: Snapshot) -> dict[str, list[Sample]]:
@@ -49,7 +64,7 @@ def by_gpu(snapshot: Snapshot) -> dict[str, list[Sample]]:
     return out
 
 
-def gpu_readings(samples: Sequence[Sample]) -> tuple[Device, dict[str, float]]:
+def gpu_readings(samples: Sequence[Sample], rule: ShareRule) -> tuple[Device, dict[str, float]]:
     """The GPU (its identity without MIG fields) and its node-event readings. A MIG GPU's are
     its instances' (a parent sample beside them, `-d g+i`, is not counted twice); a MIG GPU
     seen only as its parent (`-d g`) or with no instance is that sample."""
@@ -57,7 +72,7 @@ def gpu_readings(samples: Sequence[Sample]) -> tuple[Device, dict[str, float]]:
     if not insts:
         return samples[0].device, device_readings(samples[0])
     dev = replace(insts[0].device, mig_profile=None, mig_gi_id=None, mig_uuid=None)
-    per = [(mig_fraction(s.device), device_readings(s)) for s in insts]
+    per = [(rule.fraction(s.device), device_readings(s)) for s in insts]
     first = per[0][1]
     out: dict[str, float] = {k: first[k] for k in ("temperature", "power_draw") if k in first}
     for key, digits in (("utilization", 3), ("tensor_core_utilization", 6)):
@@ -72,22 +87,19 @@ def gpu_readings(samples: Sequence[Sample]) -> tuple[Device, dict[str, float]]:
     return dev, out
 
 
-def holders(snapshot: Snapshot, samples: Sequence[Sample], gpu: dict[str, float]
-            ) -> Iterator[Holder]:
-    """Each holder of the GPU of `samples` with its share (the module docstring's rule)."""
-    if not samples:
-        return
-    rates = cycle_rates(snapshot).get(samples[0].device.uuid)
-    if not rates:
+def holders(shares: Sequence[HolderShare], samples: Sequence[Sample], gpu: dict[str, float],
+            rule: ShareRule) -> Iterator[Holder]:
+    """Each holder of the GPU of `samples` with its share (the module docstring's rule);
+    `shares`: the rule's holders of this GPU this cycle."""
+    if not shares or not samples:
         return
     by_key = {s.device.key: s for s in samples}
-    if len(rates) == 1 and not rates[0][1][3].is_mig and rates[0][1][0] == 1.0:
-        _, (_, _, _, dev, ref) = rates[0]
+    if len(shares) == 1 and not shares[0][3].is_mig and shares[0][0] == 1.0:
+        _, _, _, dev, ref, _ = shares[0]
         yield dev, ref, dict(gpu)  # held whole by one container: the GPU's readings
         return
-    weights = holder_weights(rates)
     devices: dict[str, dict[str, float]] = {}
-    for (_, (alloc, used, mem, dev, ref)), w in zip(rates, weights, strict=True):
+    for alloc, used, mem, dev, ref, w in shares:
         sample = by_key.get(dev.key)
         if sample is None:
             continue
@@ -101,7 +113,7 @@ def holders(snapshot: Snapshot, samples: Sequence[Sample], gpu: dict[str, float]
             own["memory_used"] = int(mem)
         total = own_dev.get("memory_total")
         if total is not None:
-            own["memory_total"] = round(total * alloc / mig_fraction(dev))
+            own["memory_total"] = round(total * alloc / rule.fraction(dev))
         dev_used, dev_util = own_dev.get("memory_used"), own_dev.get("memory_utilization")
         if mem is not None and dev_used is not None and dev_util is not None:
             own["memory_utilization"] = round(dev_util * mem / dev_used, 3) if dev_used else 0.0

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from podgpu.accounting.holders import AccountingShares
 from podgpu.attribution.nodeinfo import NodeObject, instance_id_of, parse_node
 from podgpu.attribution.services import ServiceIndex, parse_service
 from podgpu.attribution.workload import PodGpus, controller_owners, pod_gpus, workload_name
@@ -63,7 +64,8 @@ class Node:
         self.node = simulated_node(MODELS["H100"], 6, "ip-10-0-1-23.ec2.internal")
         pods = scenario_pods(scenario)
         self.builder = InsightsBuilder(InsightsOptions("demo", self.node.name),
-                                       FixedNode(self.node), lambda: pods, services)
+                                       FixedNode(self.node), lambda: pods, services,
+                                       shares=AccountingShares())
 
     def events(self, seconds: int, interval: float = 60.0) -> list[dict[str, Any]]:
         acc = WindowAccumulator(interval, lambda k, m: True)
