@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,24 @@ def objects(name: str) -> list[dict[str, Any]]:
     return list(chart(values, release=release, namespace=namespace))
 
 
+VALIDATED: set[tuple[str, str]] = set()
+"""(object as JSON, Kubernetes version) already validated: most objects recur across the
+matrix, and each validation costs tens of milliseconds."""
+monitor_validator = cache(servicemonitor_validator)
+
+
+def validate(obj: dict[str, Any]) -> None:
+    if obj["apiVersion"] == "monitoring.coreos.com/v1":
+        errors = [f"{list(e.path)}: {e.message}" for e in monitor_validator().iter_errors(obj)]
+        assert errors == [], errors
+        return
+    text = json.dumps(obj, sort_keys=True)
+    for version in K8S_VERSIONS:
+        if (text, version) not in VALIDATED:
+            kubernetes_validate.validate(obj, version, strict=True)
+            VALIDATED.add((text, version))
+
+
 def values_file(tmp_path: Path, values: dict[str, Any]) -> str:
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
@@ -174,13 +193,7 @@ def test_rendering_validates_and_is_one_deployment(name: str) -> None:
     values, _, ns = MATRIX[name]
     objs = objects(name)
     for obj in objs:
-        if obj["apiVersion"] == "monitoring.coreos.com/v1":
-            errors = [f"{list(e.path)}: {e.message}"
-                      for e in servicemonitor_validator().iter_errors(obj)]
-            assert errors == [], errors
-        else:
-            for version in K8S_VERSIONS:
-                kubernetes_validate.validate(obj, version, strict=True)
+        validate(obj)
         assert obj["metadata"].get("namespace", ns) == ns, obj["kind"]
     ds = one(objs, "DaemonSet")  # exactly one exporter per node
     pod = ds["spec"]["template"]["spec"]
@@ -245,8 +258,11 @@ def test_rendering_validates_and_is_one_deployment(name: str) -> None:
 def test_checkov_passes_every_rendering(tmp_path: Path) -> None:
     """checkov over the whole matrix in one run, with the overlays' reasoned skip list."""
     assert CHECKOV.exists(), "checkov is not installed: run scripts/check"
-    for name in MATRIX:
-        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump_all(objects(name)))
+    seen: set[str] = set()
+    for name in MATRIX:  # each distinct object once: most recur across the matrix
+        fresh = [o for o in objects(name) if json.dumps(o, sort_keys=True) not in seen]
+        seen |= {json.dumps(o, sort_keys=True) for o in fresh}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump_all(fresh))
     out = subprocess.run(
         [str(CHECKOV), "-d", str(tmp_path), "--framework", "kubernetes", "--quiet", "--compact",
          "--skip-download", "-o", "json", "--skip-check", ",".join(CHECKOV_SKIPS)],
@@ -256,7 +272,7 @@ def test_checkov_passes_every_rendering(tmp_path: Path) -> None:
     failed = sorted({(f["check_id"], f["resource"], f["file_path"]) for r in reports
                      for f in r["results"]["failed_checks"]})
     assert failed == []
-    assert sum(r["summary"]["passed"] for r in reports) > 1000  # it did scan the resources
+    assert sum(r["summary"]["passed"] for r in reports) > 500  # it did scan the resources
     assert sum(r["summary"]["parsing_errors"] for r in reports) == 0
 
 
