@@ -78,6 +78,8 @@ class ShapeResult:
     rss_mib_max: float = 0.0
     rss_mib_growth: float = 0.0
     rss_mib_after: float = 0.0
+    cpu_s: float = 0.0
+    """The agent's CPU seconds (user + system) during the attack."""
     log_lines: int = 0
     log_tail: list[str] = field(default_factory=list)
     exit_status: int | None = None
@@ -163,6 +165,13 @@ def attacker(shape: str, port: int, conns: int, duration: float, sources: int,
     return {"opened": opened, "closed": closed}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of `pid` (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_shape(shape: str, *, conns: int, duration: float, tls: bool, gpus: int = 64,
               sources: int = 250, max_rss_growth_mib: float = 40.0,
               src: Path = ROOT / "src") -> ShapeResult:
@@ -190,12 +199,14 @@ def run_shape(shape: str, *, conns: int, duration: float, tls: bool, gpus: int =
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
+        cpu0 = cpu_seconds(agent.pid)
         helper = subprocess.Popen(
             [sys.executable, "-m", "tests.support.listener_shapes", "--helper", shape,
              str(agent.port), str(conns), str(duration), str(sources), str(int(tls))],
             stdout=subprocess.PIPE, text=True)
         lat = asyncio.run(scrapers(agent.port, client_tls, 1, duration, res))  # type: ignore[arg-type]
         out, _ = helper.communicate(timeout=duration + 120)
+        res.cpu_s = round(cpu_seconds(agent.pid) - cpu0, 1)
         stop.set()
         sampler.join()
         time.sleep(5.0)
