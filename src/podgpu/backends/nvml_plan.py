@@ -207,14 +207,18 @@ def call(lib: Lib, handle: Any, ref: str, arg: str) -> Any:
     if ref == "nvmlDeviceGetBrand":
         return _brand_name(lib, m.nvmlDeviceGetBrand(handle))
     fn = getattr(m, ref)
-    if ref == "nvmlDeviceGetMemoryAffinity":  # DCGM asks for the NUMA-node scope
-        return fn(handle, int(arg), lib.const("NVML_AFFINITY_SCOPE_NODE"))
+    if ref == "nvmlDeviceGetMemoryAffinity":  # DCGM asks for the NUMA-node scope (0 in nvml.h)
+        return fn(handle, int(arg), lib.const("NVML_AFFINITY_SCOPE_NODE") or 0)
     if ref == "nvmlDeviceGetCudaComputeCapability":  # DCGM packs (major, minor) in one int
         major, minor = fn(handle)
         return int(major) << 16 | int(minor)
     if ref == "nvmlDeviceGetSramEccErrorStatus":  # the caller passes a versioned struct
-        status = m.c_nvmlEccSramErrorStatus_v1_t()
-        status.version = m.nvmlEccSramErrorStatus_v1
+        struct, version = (lib.const("c_nvmlEccSramErrorStatus_v1_t"),
+                           lib.const("nvmlEccSramErrorStatus_v1"))
+        if struct is None or version is None:  # a binding without the struct: as NotSupported
+            raise lib.error(lib.const("NVML_ERROR_NOT_SUPPORTED") or 3)
+        status = struct()
+        status.version = version
         fn(handle, ctypes.byref(status))
         return status
     if arg.isdigit():  # a count, not a constant: nvmlDeviceGetCpuAffinity's cpuSetSize
