@@ -8,8 +8,10 @@ from or written to the user's home.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,7 @@ from tests.deploy.render import ROOT, tool
 
 CHART = ROOT / "deploy" / "helm" / "podgpu"
 _HOME = tempfile.mkdtemp(prefix="podgpu-helm-")
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 ENV = {**os.environ, "HELM_CACHE_HOME": f"{_HOME}/cache", "HELM_CONFIG_HOME": f"{_HOME}/config",
        "HELM_DATA_HOME": f"{_HOME}/data"}
 
