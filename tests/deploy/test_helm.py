@@ -60,7 +60,8 @@ DCGM_USUAL = {  # what a dcgm-exporter chart user sets, under that chart's names
     "serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "10s",
                        "honorLabels": False, "additionalLabels": {"release": "prom"},
                        "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"],
-                                        "targetLabel": "nodename", "action": "replace"}]},
+                                        "targetLabel": "nodename", "action": "replace"}],
+                       "metricRelabelings": [{"action": "labeldrop", "regex": "DCGM_FI_DRIVER_VERSION"}]},
     "tolerations": [{"operator": "Exists"}],
     "nodeSelector": {"node-pool": "gpu"},
     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
@@ -121,6 +122,8 @@ MATRIX: dict[str, tuple[dict[str, Any], str, str]] = {
     "gpu-operator-validation": ({"gpuOperator": {"validation": True}}, "podgpu", "podgpu"),
     "gpu-operator-client": ({"gpuOperator": {"client": True}}, "podgpu", "podgpu"),
     "no-network-policy": ({"networkPolicy": {"enabled": False}}, "podgpu", "podgpu"),
+    "own-service-account": ({"serviceAccount": {"create": False, "name": "gpu-reader"},
+                             "imagePullSecrets": [{"name": "registry"}]}, "podgpu", "podgpu"),
     "re-namespaced": ({"serviceMonitor": {"enabled": True}, "cloudwatch": CW},
                       "gpu-metrics", "team-gpu"),
     "dcgm-exporter-values": (DCGM_USUAL, "podgpu", "podgpu"),
@@ -201,15 +204,18 @@ def test_rendering_validates_and_is_one_deployment(name: str) -> None:
     assert ds["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     # RBAC: every binding names the ServiceAccount the pods run as, in their namespace, and a
     # role that is rendered; pods only, unless Container Insights asks for nodes and services.
-    sa = one(objs, "ServiceAccount")
-    assert pod["serviceAccountName"] == sa["metadata"]["name"]
+    accounts = [o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"]
+    sa_name = values.get("serviceAccount", {}).get("name") or accounts[0]
+    assert accounts == ([] if values.get("serviceAccount", {}).get("create") is False
+                        else [sa_name])
+    assert pod["serviceAccountName"] == sa_name
     roles = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ClusterRole"}
     bindings = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
     assert len(bindings) == len(roles)
     for b in bindings:
         (subject,) = b["subjects"]
         assert (subject["kind"], subject["name"], subject["namespace"]) == (
-            "ServiceAccount", sa["metadata"]["name"], ns)
+            "ServiceAccount", sa_name, ns)
         assert b["roleRef"]["name"] in roles
     granted = {(r["resources"][0], tuple(r["verbs"])) for role in roles.values()
                for r in role["rules"]}
@@ -354,6 +360,7 @@ def test_dcgm_exporter_values_land_where_that_chart_puts_them(tmp_path: Path) ->
     assert (ep["interval"], ep["scrapeTimeout"], ep["honorLabels"]) == ("15s", "10s", False)
     assert sm["metadata"]["labels"]["release"] == "prom"
     assert ep["relabelings"][-1] == values["serviceMonitor"]["relabelings"][0]
+    assert ep["metricRelabelings"] == values["serviceMonitor"]["metricRelabelings"]
     assert {"action": "labeldrop", "regex": "(pod|namespace|container)"} in ep["relabelings"]
 
 
