@@ -17,9 +17,10 @@ physical GPU:
   when every holder's use is known and something was used, else its allocated share);
   temperature, which does not add up, the GPU's.
 
-So the holders of a GPU add up to the GPU's node event in every window for power, tensor-core
-activity and (time-sliced) utilisation, memory used and memory total. A GPU held whole by one
-container gets the GPU's readings unchanged, as the add-on sends them.
+So the holders of a GPU add up to the GPU's node event in every window: exactly for power,
+tensor-core activity and memory total; for utilisation and memory used as far as their processes
+account for the GPU's (per-process SM samples against GPU_UTIL, processes outside pods). A GPU
+held whole by one container gets the GPU's readings unchanged, as the add-on sends them.
 """
 
 from __future__ import annotations
