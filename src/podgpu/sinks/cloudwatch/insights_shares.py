@@ -19,9 +19,9 @@ physical GPU:
 
 So the holders of a GPU add up to the GPU's node event in every window: exactly for power,
 tensor-core activity and memory total (a MIG GPU's: its held instances'); for utilisation and
-memory used as far as their processes
-account for the GPU's (per-process SM samples against GPU_UTIL, processes outside pods). A GPU
-held whole by one container gets the GPU's readings unchanged, as the add-on sends them.
+memory used as far as their processes account for the GPU's (per-process SM samples against
+GPU_UTIL, processes outside pods). A GPU held whole by one container gets the GPU's readings
+unchanged, as the add-on sends them.
 """
 
 from __future__ import annotations
