@@ -130,6 +130,24 @@ def test_the_chart_and_kustomize_render_the_same_service_and_scrape(name: str) -
         theirs, "ServiceAccount")["metadata"].get("annotations")
 
 
+@pytest.mark.parametrize("name", SAME)
+def test_the_chart_and_kustomize_grant_and_allow_the_same(name: str) -> None:
+    """The ClusterRoles' rules and the NetworkPolicies' rules (their pod selectors differ by
+    the chart's instance label only)."""
+    ours, theirs = both(name)
+
+    def rules(objs: list[dict[str, Any]]) -> list[str]:
+        return sorted(json.dumps(o["rules"], sort_keys=True) for o in objs
+                      if o["kind"] == "ClusterRole")
+
+    def policies(objs: list[dict[str, Any]]) -> list[str]:
+        return sorted(json.dumps({k: v for k, v in o["spec"].items() if k != "podSelector"},
+                                 sort_keys=True) for o in objs if o["kind"] == "NetworkPolicy")
+
+    assert rules(ours) == rules(theirs)
+    assert policies(ours) == policies(theirs)
+
+
 def test_the_comparison_sees_a_difference() -> None:
     """Control: one field changed in the chart's pod spec is a difference after normalising."""
     ours, theirs = pod_specs("base")
