@@ -570,6 +570,8 @@ def test_notes_say_what_to_check_next(tmp_path: Path) -> None:
     assert "serviceMonitor/podgpu/podgpu/0" in text
     assert "/aws/containerinsights/my-cluster/prometheus" in text
     assert "create-pod-identity-association --cluster-name my-cluster" in text
+    for path in re.findall(r"deploy/cloudwatch/[\w.-]+\.json", text):  # files that exist
+        assert (ROOT / path).is_file(), path
     assert "logs <pod> -c toolkit-validation" in text
 
 
