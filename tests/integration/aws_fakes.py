@@ -121,7 +121,8 @@ class FaultProxy:
     * ``trickle``: for one request (the mode then goes back to ``pass``), the status line and
       then one header byte a second until the proxy closes; `trickling` counts those still open.
 
-    Every request is counted by (mode, X-Amz-Target).
+    Every request is counted by (mode, X-Amz-Target); `handling` counts the requests whose
+    answer (or forward) is not finished yet.
     """
 
     MODES = ("pass", "throttle", "denied", "500", "slow", "close", "trickle")
@@ -132,6 +133,7 @@ class FaultProxy:
         self._counts: Counter[tuple[str, str]] = Counter()
         self.slow_seconds = slow_seconds
         self.trickling = 0
+        self.handling = 0
         self._closing = threading.Event()
         host, port = upstream.removeprefix("http://").split(":")
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler(host, int(port)))
@@ -186,6 +188,15 @@ class FaultProxy:
                 pass
 
             def do_POST(self) -> None:
+                with proxy._lock:
+                    proxy.handling += 1
+                try:
+                    self._answer()
+                finally:
+                    with proxy._lock:
+                        proxy.handling -= 1
+
+            def _answer(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 mode = proxy._seen(self.headers.get("X-Amz-Target", ""))
                 if mode == "throttle":

@@ -19,6 +19,7 @@ from podgpu.sinks.cloudwatch.sender import Sender
 from podgpu.sinks.cloudwatch.sink import EmfSink
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
 from podgpu.sinks.prometheus.source import render
+from tests.conftest import wait_for
 from tests.emf_validator import extract, validate
 from tests.integration.aws_fakes import (
     PUT,
@@ -74,10 +75,8 @@ def run_sink(proxy: FaultProxy, stream: str, minutes: int, queue_bytes: int,
     sink.start()
     for i, snap in enumerate(node.snapshots(60 * minutes)):
         if i == 60 * fault_minutes:
-            deadline = time.monotonic() + 20
-            while proxy.count(PUT, mode=fault) < faulted:
-                assert time.monotonic() < deadline, f"no send met the {fault} fault"
-                time.sleep(0.02)
+            wait_for(lambda: proxy.count(PUT, mode=fault) >= faulted, timeout=20,
+                     what=f"a send to meet the {fault} fault")
             proxy.mode = "pass"
         sink.offer(snap)
         minute = int(snap.taken_at - snap.taken_at % 60) * 1000
@@ -87,9 +86,7 @@ def run_sink(proxy: FaultProxy, stream: str, minutes: int, queue_bytes: int,
             time.sleep(0.05)  # let the sink's thread try (and fail) a few times a "minute"
     proxy.mode = "pass"
     keep(truth.close())
-    deadline = time.monotonic() + 30
-    while len(queue) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: not len(queue), timeout=30, what="the queue drained", interval=0.05)
     sink.stop(grace=5.0)
     return sink, expected
 
@@ -200,13 +197,11 @@ def test_access_denied_is_reported_kept_and_recovers(proxy: FaultProxy, moto_url
     snaps = list(node.snapshots(121))
     for snap in snaps[:61]:
         sink.offer(snap)
-    deadline = time.monotonic() + 60  # a bound on waiting, not a timing claim (a loaded CI box)
     # "failing: <why>", or "stalled: ... (<why>)" when the replayed minutes are already older than
     # the stall bound (they start 3-4 minutes back, so which one depends on the clock's second;
     # before the first answer comes back a stalled queue says only "sends too slow")
-    while "AccessDenied" not in sink.health()["status"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(lambda: "AccessDenied" in sink.health()["status"], timeout=60,
+             what="the sink's health to name AccessDenied", interval=0.05)
     health = sink.health()
     assert "credentials or permissions" in health["status"] and "AccessDenied" in health["status"]
     assert health["queued_events"] > 0  # kept, not dropped
@@ -232,7 +227,8 @@ def test_an_answer_lost_after_cloudwatch_took_the_batch_duplicates_but_loses_not
     logs.create_log_stream(logGroupName=GROUP + "/late", logStreamName="late")
     sink, expected = run_sink(proxy, "late", minutes=3, queue_bytes=8 << 20, fault="slow",
                               fault_minutes=2, timeout=0.4, group=GROUP + "/late")
-    time.sleep(proxy.slow_seconds + 0.5)  # let the late copies reach moto
+    # the late copies reach moto once the proxy has finished forwarding every request it took
+    wait_for(lambda: proxy.handling == 0, timeout=30, what="the proxy's late forwards")
     got = arrived(moto_url, "late", GROUP + "/late")
     assert set(got) == set(expected)  # none lost
     for key, lines in got.items():
