@@ -19,13 +19,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from typing import Any
 
 import pytest
 
 from tests import ci_contract
+from tests.conftest import http_get, wait_for
 from tests.deploy.standins import SHIM, KubeApi
 from tests.integration.aws_fakes import ROOT, free_port, moto_url, podgpu_env, read_events
 from tests.integration.kube_api_fake import service
@@ -71,21 +70,24 @@ def test_container_insights_events_in_moto_follow_the_add_ons_contract(moto_url:
                             stderr=subprocess.PIPE, text=True)
     seen: dict[float, dict[str, Any]] = {}
     try:
-        deadline = time.monotonic() + 60
-        while len({e["Timestamp"] for e in stored(moto_url, CI_GROUP, NODE)}) < 4:
+        def four_windows_stored() -> bool:
+            if len({e["Timestamp"] for e in stored(moto_url, CI_GROUP, NODE)}) >= 4:
+                return True
             assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "no Container Insights events in moto"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
-                                            timeout=2) as r:
-                    view = json.loads(r.read())
-                seen[view["taken_at"]] = view
+                status, _, body = http_get(f"http://127.0.0.1:{port}/api/v1/snapshot", timeout=2)
             except OSError:
-                pass
-            time.sleep(0.1)
+                return False
+            if status == 200:
+                view = json.loads(body)
+                seen[view["taken_at"]] = view
+            return False
+
+        wait_for(four_windows_stored, timeout=60, what="4 windows of Container Insights events in moto",
+                 interval=0.1)
         # /health says how the Service list goes: two Services with a selector kept
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-            services = json.loads(r.read())["emf"]["container_insights"]["services"]
+        services = json.loads(http_get(f"http://127.0.0.1:{port}/health")[2]
+                              )["emf"]["container_insights"]["services"]
         assert services["status"] == "ok" and services["services"] == 2, services
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -15,6 +15,7 @@ import pytest
 from podgpu.errors import ConfigError
 from podgpu.sinks.cloudwatch.destinations import CloudWatchDestination, SendError
 from podgpu.sinks.cloudwatch.logsapi import LogsApi, error_code
+from tests.conftest import wait_for
 from tests.integration.aws_fakes import aws_env, free_port, moto_url, podgpu_env, read_events
 
 __all__ = ["aws_env", "moto_url"]  # fixtures
@@ -119,14 +120,16 @@ def moto_with_auth(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=podgpu_env(INITIAL_NO_AUTH_ACTION_COUNT="3"))
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
+
+    def listening() -> bool:
+        assert proc.poll() is None, f"moto exited {proc.returncode}"
         try:
             socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
+            return True
         except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
-            time.sleep(0.1)
+            return False
+
+    wait_for(listening, timeout=30, what="moto's port", interval=0.1)
     try:
         iam = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
                                     region_name="us-east-1").client("iam", endpoint_url=url)

@@ -8,13 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import http_get, wait_for
 from tests.emf_validator import Extracted, extract, validate
 from tests.integration.aws_fakes import (
     CREDS,
@@ -57,13 +57,16 @@ class Node:
         self.seen: dict[float, dict[str, Any]] = {}
 
     def get(self, path: str) -> tuple[int, str]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
-            return int(r.status), r.read().decode()
+        status, _, body = http_get(f"http://127.0.0.1:{self.port}{path}", timeout=2)
+        return status, body.decode()
 
     def observe(self) -> None:
         try:
-            view = json.loads(self.get("/api/v1/snapshot")[1])
+            status, text = self.get("/api/v1/snapshot")
+            view = json.loads(text) if status == 200 else None
         except (OSError, ValueError):
+            view = None
+        if view is None:
             return  # not listening yet, or before the first cycle
         self.seen[view["taken_at"]] = view
 
@@ -71,8 +74,6 @@ class Node:
         """(status, body) of /health; (0, {}) while the process is not listening yet."""
         try:
             status, text = self.get("/health")
-        except urllib.error.HTTPError as exc:
-            status, text = exc.code, exc.read().decode()
         except OSError:
             return 0, {}
         return status, json.loads(text)
@@ -84,12 +85,14 @@ class Node:
         raise AssertionError(f"no podgpu_emf_events_total{{result={result!r}}} in /metrics")
 
     def wait(self, what: str, ok: Any, seconds: float = 20.0) -> None:
-        deadline = time.monotonic() + seconds
-        while not ok():
+        def observed() -> bool:
+            if ok():
+                return True
             assert self.proc.poll() is None, f"podgpu exited: {self.proc.communicate()[1]}"
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
             self.observe()
-            time.sleep(0.1)
+            return False
+
+        wait_for(observed, timeout=seconds, what=what, interval=0.1)
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGTERM)
