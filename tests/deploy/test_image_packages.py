@@ -10,7 +10,9 @@ image: it waits for the operator's toolkit-ready file and exits once it is there
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -32,6 +34,7 @@ def rootfs() -> Path:
     """The image's files, exported once per session into a temporary directory."""
     image_present()
     tmp = Path(tempfile.mkdtemp(prefix="podgpu-rootfs-"))
+    atexit.register(shutil.rmtree, tmp, True)  # ~70 MB: gone with the test session
     cid = podman("create", IMAGE).stdout.strip()
     try:
         tar_path = tmp / "rootfs.tar"
