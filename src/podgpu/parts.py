@@ -167,9 +167,7 @@ def make_insights(settings: ServeSettings, cluster: str, attributor: Attributor 
     """The Container Insights series: the Node object read through the API (the simulated
     node's own with --simulate), the pods' workloads from the pod watch when there is one, the
     Services selecting them from a Service list/watch (a simulated node's too when it runs
-    where the API is: KUBERNETES_SERVICE_HOST set)."""
-    import os
-
+    in a pod, where the API is)."""
     from podgpu.attribution.services import ServiceWatcher
     from podgpu.sinks.cloudwatch.insights import (
         FixedNode,
@@ -193,7 +191,7 @@ def make_insights(settings: ServeSettings, cluster: str, attributor: Attributor 
         scenario = make_scenario(settings)
         sim_pods = scenario_pods(scenario) if scenario is not None else {}
         pods = lambda: sim_pods  # noqa: E731
-        if "KUBERNETES_SERVICE_HOST" not in os.environ:
+        if not settings.kubernetes.in_cluster:
             services = None
     else:
         from podgpu.attribution.nodeinfo import NodeLookup

@@ -79,6 +79,8 @@ class KubernetesSettings:
     dra: bool = False
     node_name: str = ""
     """NODE_NAME ('' when unset): scopes the pod watch to this node."""
+    in_cluster: bool = False
+    """KUBERNETES_SERVICE_HOST is set: podgpu runs in a pod, where the API server is."""
     poll_interval: float = 1.0
 
     def __post_init__(self) -> None:

@@ -200,9 +200,9 @@ def settings_from(ns: argparse.Namespace, env: Mapping[str, str] | None = None
 
 def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSettings:
     c = section(r, "collect")
-    when = c.pop("wait_for_driver")  # every pod has KUBERNETES_SERVICE_HOST
-    c["wait_for_driver"] = when == "always" or (when == "auto"
-                                                and bool(env.get("KUBERNETES_SERVICE_HOST")))
+    in_cluster = bool(env.get("KUBERNETES_SERVICE_HOST"))  # every pod has it
+    when = c.pop("wait_for_driver")
+    c["wait_for_driver"] = when == "always" or (when == "auto" and in_cluster)
     if not r.origin["collect.interval_ms"].endswith("(default)"):  # clock-event sampling interval
         c["clock_events_sample_ms"] = c["interval_ms"]
     collect = CollectSettings(**c)  # type: ignore[arg-type]
@@ -217,8 +217,8 @@ def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSet
         # dcgm-exporter compiles the patterns only with -k, skipping those Go refuses
         compile_allowlist(k["label_allowlist"], warnings)  # type: ignore[arg-type]
     node_name = env.get("NODE_NAME", "")
-    kubernetes = KubernetesSettings(node_name=node_name, poll_interval=collect.interval,
-                                    **k)  # type: ignore[arg-type]
+    kubernetes = KubernetesSettings(node_name=node_name, in_cluster=in_cluster,
+                                    poll_interval=collect.interval, **k)  # type: ignore[arg-type]
     h = section(r, "http")
     try:
         host, port = v.address(str(h.pop("address")))
