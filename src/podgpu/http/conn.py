@@ -264,7 +264,7 @@ class Connection(asyncio.BufferedProtocol):
         if event is h11.PAUSED:  # not reached: every request is answered before the next
             self._bad("protocol switch")
         elif isinstance(event, h11.Request):
-            fields = list(event.headers)
+            fields = [(n.lower(), v) for n, v in event.headers.raw_items()]
             why = refusal(event.http_version, fields, self._listener.limits.max_headers)
             if why:
                 self._bad(why)

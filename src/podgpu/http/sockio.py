@@ -88,11 +88,15 @@ class Outgoing:
         return head, piece
 
 
+WRITE_JOINED = 64 * 1024
+"""A head and a body up to this size go in one write (one segment, one system call; asyncio
+3.11 joins `writelines`, a copy freed at once); a larger body is written as its own view."""
+
+
 def write_plain(transport: Any, head: bytes, piece: memoryview) -> None:
-    """One write (one segment) for a head and a small body; no copy of a large body (asyncio
-    3.11 joins `writelines`)."""
-    if len(piece) <= STEP:
-        transport.write(head + piece if head else piece)
+    """Hand one step to the transport (see WRITE_JOINED)."""
+    if len(piece) <= WRITE_JOINED:
+        transport.writelines([head, piece] if head else [piece])
         return
     if head:
         transport.write(head)
