@@ -16,14 +16,14 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import http_get, wait_for
 from tests.integration.aws_fakes import free_port, podgpu_env
 from tests.unit.sinks.cloudwatch import agent_oracle as oracle
 
@@ -51,6 +51,20 @@ class Lines:
 
     def alive(self) -> None:
         assert self.proc.poll() is None, "".join(self.err)
+
+    def wait_windows(self, n: int, stamp: Callable[[dict[str, Any]], Any], *, timeout: float,
+                     what: str, each: Callable[[], None] | None = None) -> None:
+        """Until the lines carry `n` distinct windows (`stamp` of each event); `each` runs at
+        every poll while waiting."""
+        def enough() -> bool:
+            self.alive()
+            if len({stamp(json.loads(x)) for x in list(self.lines)}) >= n:
+                return True
+            if each is not None:
+                each()
+            return False
+
+        wait_for(enough, timeout, what, interval=0.2)
 
     def stop(self) -> str:
         self.proc.terminate()
@@ -83,16 +97,16 @@ def test_seed_config_stdout_every_event_is_the_agents() -> None:
     out = Lines(proc)
     texts: list[str] = []
     try:
-        deadline = time.monotonic() + 30
-        while len({json.loads(x)["_aws"]["Timestamp"] for x in out.lines}) < 3:
-            out.alive()
-            assert time.monotonic() < deadline, "no EMF on stdout"
+        def scrape_metrics() -> None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-                    texts.append(r.read().decode())
+                status, _, body = http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)
             except OSError:
-                pass
-            time.sleep(0.3)
+                return
+            if status == 200:
+                texts.append(body.decode())
+
+        out.wait_windows(3, lambda d: d["_aws"]["Timestamp"], timeout=30, what="3 EMF windows",
+                         each=scrape_metrics)
     finally:
         out.stop()
     docs = [json.loads(x) for x in out.lines]
@@ -169,13 +183,8 @@ def test_burst_of_unmatched_changing_series_is_split_and_delivery_continues(
         env=podgpu_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = Lines(proc)
     try:
-        deadline = time.monotonic() + 60
-        while len({json.loads(x)["Timestamp"] for x in list(out.lines)}) < 3:
-            out.alive()
-            assert time.monotonic() < deadline, "delivery stalled"
-            time.sleep(0.2)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            metrics = r.read().decode()
+        out.wait_windows(3, lambda d: d["Timestamp"], timeout=60, what="3 delivered windows")
+        metrics = http_get(f"http://127.0.0.1:{port}/metrics")[2].decode()
     finally:
         err = out.stop()
     lines = list(out.lines)
@@ -215,11 +224,8 @@ def test_sample_interval_gives_one_sample_per_interval_like_a_scrape() -> None:
             stderr=subprocess.PIPE, text=True)
         out = Lines(proc)
         try:
-            deadline = time.monotonic() + 30
-            while len({json.loads(x)["_aws"]["Timestamp"] for x in list(out.lines)}) < 4:
-                out.alive()
-                assert time.monotonic() < deadline, "no EMF on stdout"
-                time.sleep(0.2)
+            out.wait_windows(4, lambda d: d["_aws"]["Timestamp"], timeout=30,
+                             what="4 EMF windows")
         finally:
             out.stop()
         docs = [json.loads(x) for x in out.lines]
