@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -123,14 +122,17 @@ def test_serve_against_an_endless_answer_stays_within_64_mib() -> None:
              "Service=nvidia-dcgm-exporter", "--emf-namespace", "gpu-operator"],
             env=podgpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            while peers.hits.get("/huge", 0) < 1 and proc.poll() is None:
-                time.sleep(0.1)
-            base = rss(proc.pid)
-            peak = base
-            while peers.hits.get("/huge", 0) < 4 and proc.poll() is None:
-                peak = max(peak, rss(proc.pid))
-                time.sleep(0.05)
-            peak = max(peak, rss(proc.pid))
+            wait_for(lambda: peers.hits.get("/huge", 0) >= 1 or proc.poll() is not None,
+                     timeout=60, what="the first call to the huge answer", interval=0.1)
+            base = peak = rss(proc.pid)
+
+            def sampled_until_four_calls() -> bool:
+                nonlocal peak
+                peak = max(peak, rss(proc.pid))  # RSS sampled while the calls come
+                return peers.hits.get("/huge", 0) >= 4 or proc.poll() is not None
+
+            wait_for(sampled_until_four_calls, timeout=120, what="four calls to the huge answer",
+                     interval=0.05)
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         finally:
             proc.terminate()
