@@ -63,6 +63,9 @@ class CheckLine:
         check was refused or pushed out of a full line."""
         loop = asyncio.get_running_loop()
         entry = _Entry(rank, next(self._seq), job, loop.create_future())
+        if self._closed:  # the listener is stopping: answer at once, never hang
+            entry.future.set_result(None)
+            return entry.future
         if len(self._waiting) >= self._max:
             worst = max(self._waiting)
             if worst < entry:

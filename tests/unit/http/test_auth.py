@@ -137,6 +137,17 @@ def test_cache_key_holds_no_password() -> None:
     checker.close()
 
 
+def test_a_closed_checker_answers_429_at_once() -> None:
+    checker = BasicAuthChecker()
+    checker.close()
+
+    async def main() -> None:
+        assert await checker.check(USERS, b"alice", b"right", client="10.0.0.1") is None
+        assert checker.bcrypt_runs == 0
+
+    asyncio.run(main())
+
+
 def test_password_longer_than_72_bytes_is_refused_not_an_error() -> None:
     long = "x" * 80
     users = {"alice": _hash(long[:72].encode())}  # bcrypt would match on the first 72 bytes
