@@ -19,9 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from tests.deploy.render import ROOT, tool
+from tests.deploy.render import ROOT, documents, tool
 
 CHART = ROOT / "deploy" / "helm" / "podgpu"
 _HOME = tempfile.mkdtemp(prefix="podgpu-helm-")
@@ -54,7 +52,7 @@ def key(values: dict[str, Any]) -> str:
 def _rendered(k: str, release: str, namespace: str) -> tuple[dict[str, Any], ...]:
     out = template(json.loads(k), release=release, namespace=namespace)
     assert out.returncode == 0, f"helm template {k}: {out.stderr}"
-    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
+    return documents(out.stdout)
 
 
 def chart(values: dict[str, Any], *, release: str = "podgpu",

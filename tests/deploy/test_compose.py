@@ -20,12 +20,20 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
 from tests.deploy.contract import prepare
-from tests.deploy.render import OVERLAYS, ROOT, build, compose, container, one, render
+from tests.deploy.render import (
+    OVERLAYS,
+    ROOT,
+    build,
+    compose,
+    container,
+    one,
+    render,
+    validate_strict,
+)
 from tests.deploy.test_manifests import K8S_VERSIONS, servicemonitor_validator
 from tests.integration.kubelet_fake import socket_path
 
@@ -73,7 +81,7 @@ def test_every_combination_renders_validates_and_is_one_deployment(
                       for e in servicemonitor_validator().iter_errors(obj)]
             assert errors == [], errors
         else:
-            kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
+            validate_strict(obj, K8S_VERSIONS[-1])
     ds = one(list(objs), "DaemonSet")  # exactly one exporter per node
     pod = ds["spec"]["template"]["spec"]
     ns = ds["metadata"]["namespace"]

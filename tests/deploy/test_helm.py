@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -32,7 +31,7 @@ from podgpu.http.webconfig import parse_web_config
 from tests.conftest import FIXTURES
 from tests.deploy.contract import prepare
 from tests.deploy.helmchart import CHART, chart, helm, prerender, template
-from tests.deploy.render import CHECKOV, ROOT, container, one, render
+from tests.deploy.render import CHECKOV, ROOT, container, one, render, validate_strict
 from tests.deploy.standins import LogsStandIn
 from tests.deploy.test_manifests import (
     CHECKOV_SKIPS,
@@ -146,9 +145,6 @@ def objects(name: str) -> list[dict[str, Any]]:
     return list(chart(values, release=release, namespace=namespace))
 
 
-VALIDATED: set[tuple[str, str]] = set()
-"""(object as JSON, Kubernetes version) already validated: most objects recur across the
-matrix, and each validation costs tens of milliseconds."""
 monitor_validator = cache(servicemonitor_validator)
 
 
@@ -157,11 +153,8 @@ def validate(obj: dict[str, Any]) -> None:
         errors = [f"{list(e.path)}: {e.message}" for e in monitor_validator().iter_errors(obj)]
         assert errors == [], errors
         return
-    text = json.dumps(obj, sort_keys=True)
     for version in K8S_VERSIONS:
-        if (text, version) not in VALIDATED:
-            kubernetes_validate.validate(obj, version, strict=True)
-            VALIDATED.add((text, version))
+        validate_strict(obj, version)
 
 
 def values_file(tmp_path: Path, values: dict[str, Any]) -> str:

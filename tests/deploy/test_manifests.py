@@ -26,6 +26,7 @@ from tests.deploy.render import (
     render,
     render_text,
     render_with,
+    validate_strict,
 )
 
 K8S_VERSIONS = ("1.33.0", "1.37.0")  # oldest in EKS standard support; newest upstream minor
@@ -52,14 +53,14 @@ def k8s_objects(overlay: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_object_validates_strictly(overlay: str, version: str) -> None:
     for obj in k8s_objects(overlay):
-        kubernetes_validate.validate(obj, version, strict=True)
+        validate_strict(obj, version)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_validate(path: Path) -> None:
     for obj in yaml.safe_load_all(path.read_text()):
         for version in K8S_VERSIONS:
-            kubernetes_validate.validate(obj, version, strict=True)
+            validate_strict(obj, version)
 
 
 def test_strict_validation_catches_a_misspelled_field() -> None:
@@ -263,7 +264,7 @@ def test_components_render_on_every_overlay_and_validate(overlay: str, component
     objs = list(render_with(overlay, component))
     for obj in objs:
         if obj["apiVersion"] != "monitoring.coreos.com/v1":
-            kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
+            validate_strict(obj, K8S_VERSIONS[-1])
     pod = one(objs, "DaemonSet")["spec"]["template"]["spec"]
     c = container(objs)
     if component == "tls":
