@@ -106,3 +106,18 @@ def test_a_pipelining_client_that_reads_gets_every_answer_in_order(serve) -> Non
         got = a.split(b" ", 3)[3]
         assert got.endswith(b"\n") and got.count(b"\n") == body.count(b"\n")
     assert b'"status"' in answers[6]
+
+
+def test_the_memory_budget_holds_under_each_shape_and_all_at_once() -> None:
+    """Short form of bench/listener_shapes.py (2,000 connections, 64 GPUs there): reconnecting
+    clients that stall inside a ~128 KiB ClientHello (+435 MiB for 2,000 before the gate), and
+    every shape at once over TLS (+419 MiB for 2,000 before the budget), beside a scraper."""
+    from tests.support.listener_shapes import run_shape
+
+    for shape in ("hello-big", "mix"):
+        res = run_shape(shape, conns=300, duration=6.0, tls=True, gpus=8,
+                        max_rss_growth_mib=20.0)
+        assert res.failed == 0 and res.scrapes >= 5, res.failures
+        assert res.attack_closed_by_server >= 300, res  # the budget or the gate closed them
+        assert res.rss_mib_growth <= 20.0, res
+        assert res.exit_status == 0 and not any("Traceback" in line for line in res.log_tail)
