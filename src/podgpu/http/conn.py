@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import h11
@@ -38,12 +37,18 @@ from podgpu.http.sockio import (
 )
 from podgpu.http.states import Event, Machine, State
 from podgpu.http.tlslayer import Refused, TlsLayer
-from podgpu.http.wire import Fields, announces_body, keep_alive, refusal, response_head
+from podgpu.http.wire import (
+    Fields,
+    announces_body,
+    answer_of,
+    failed,
+    keep_alive,
+    refusal,
+    response_head,
+)
 
 if TYPE_CHECKING:
     from podgpu.http.listener import Listener
-
-log = logging.getLogger("podgpu.http.guard")
 
 DISCARD_LIMIT = 256 * 1024
 """Bytes a lingering connection may still send before it is reset (Go's net/http discards at
@@ -294,7 +299,7 @@ class Connection(asyncio.BufferedProtocol):
                           peercert=self._tls.peercert if self._tls is not None else None)
         app = self._listener.app
         if app.middleware is None:
-            self._respond(request.method, _call(app.dispatch, request))
+            self._respond(request.method, answer_of(app.dispatch, request))
         else:
             self._task = asyncio.get_running_loop().create_task(self._guarded(app, request))
         if self.state is _S.ANSWER:
@@ -305,7 +310,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             resp = await app.middleware(request, app.dispatch)
         except Exception:  # a bug of ours: the traceback, and a 500 for the client
-            resp = _failed(request)
+            resp = failed(request)
         self._task = None
         self._respond(request.method, resp)
 
@@ -386,15 +391,3 @@ class Connection(asyncio.BufferedProtocol):
     def _resume_reading(self) -> None:
         if self._transport is not None:
             self._transport.resume_reading()
-
-
-def _call(handler: Callable[[Request], Response], request: Request) -> Response:
-    try:
-        return handler(request)
-    except Exception:  # a bug of ours: the traceback, and a 500 for the client
-        return _failed(request)
-
-
-def _failed(request: Request) -> Response:
-    log.exception("answering %s %s failed", request.method, short(request.path))
-    return error(500)

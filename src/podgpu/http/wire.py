@@ -4,11 +4,14 @@ did before)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 
-from podgpu.http.app import Response
+from podgpu.http.app import Request, Response, error
 from podgpu.http.ratelog import short
+
+log = logging.getLogger("podgpu.http.guard")
 
 _VERSIONS = (b"1.0", b"1.1")
 _UNSAFE = frozenset("\r\n\0")
@@ -61,3 +64,17 @@ def reason(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return "Status"
+
+
+def answer_of(handler: Callable[[Request], Response], request: Request) -> Response:
+    """The handler's answer; a 500 and the traceback for a bug of ours."""
+    try:
+        return handler(request)
+    except Exception:
+        return failed(request)
+
+
+def failed(request: Request) -> Response:
+    """Called from an `except` block: the traceback logged, a 500 for the client."""
+    log.exception("answering %s %s failed", request.method, short(request.path))
+    return error(500)
