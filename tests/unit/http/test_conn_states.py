@@ -60,6 +60,7 @@ def connection(room: int = 1 << 30, *, tls: ssl.SSLContext | None = None,
     app = App()
     app.add_get("/metrics", lambda _r: Response.of(200, BODY, "text/plain"))
     app.add_get("/n", lambda r: Response.text(200, r.headers.get("x-n", "")))
+    app.add_get("/bug", lambda r: {}["no such key"])
     clock = Scheduler()
     limits = Limits(max_connections=10, memory_budget=budget or 16 << 20)
     guard = ConnectionGuard(limits, call_later=clock.call_later, cap=10)
@@ -229,6 +230,16 @@ def test_a_half_closed_client_gets_its_answers_and_then_the_close() -> None:
         turns.run()
     assert [a[0] for a in answers(bytes(t.sent))] == [b"HTTP/1.1 200 OK"] * 2
     assert t.closed and not t.aborted
+
+
+def test_a_bug_in_a_handler_is_a_500_with_its_traceback_and_the_connection_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    conn, t, _, _, _ = connection()
+    send(conn, b"GET /bug HTTP/1.1\r\nHost: x\r\n\r\n" + GET)
+    assert [a[0] for a in answers(bytes(t.sent))] == [b"HTTP/1.1 500 Internal Server Error",
+                                                      b"HTTP/1.1 200 OK"]
+    (record,) = [r for r in caplog.records if "answering GET /bug failed" in r.getMessage()]
+    assert record.exc_info is not None and record.exc_info[0] is KeyError
 
 
 # --- TLS, and the memory budget
