@@ -44,7 +44,7 @@ def answers(raw: bytes) -> list[tuple[bytes, dict[bytes, bytes], bytes]]:
 
 def read_all(s: socket.socket) -> tuple[bytes, bool]:
     """Everything until the peer closes; True when it ended with a reset, not a FIN."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         try:
             chunk = s.recv(65536)

@@ -47,6 +47,10 @@ class Turns:
             self.queue.pop(0)()
 
 
+def _bug(_request: object) -> Response:
+    raise KeyError("no such key")
+
+
 def connection(room: int = 1 << 30, *, tls: ssl.SSLContext | None = None,
                budget: int | None = None, listener: Listener | None = None,
                ) -> tuple[Connection, FakeTransport, ConnectionGuard, Scheduler, Turns]:
@@ -60,7 +64,7 @@ def connection(room: int = 1 << 30, *, tls: ssl.SSLContext | None = None,
     app = App()
     app.add_get("/metrics", lambda _r: Response.of(200, BODY, "text/plain"))
     app.add_get("/n", lambda r: Response.text(200, r.headers.get("x-n", "")))
-    app.add_get("/bug", lambda r: {}["no such key"])
+    app.add_get("/bug", _bug)
     clock = Scheduler()
     limits = Limits(max_connections=10, memory_budget=budget or 16 << 20)
     guard = ConnectionGuard(limits, call_later=clock.call_later, cap=10)
