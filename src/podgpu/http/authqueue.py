@@ -4,7 +4,7 @@ many addresses cannot keep a legitimate scraper from being checked.
 exporter-toolkit runs bcrypt under one mutex: every check waits, none is refused, and the
 legitimate one waits behind the whole flood. A plain bounded queue is worse: 64 guessing threads
 over 250 addresses kept 32 slots full and a scraper whose password was not cached yet got 429 on
-0 of 28 scrapes (bench/RESULTS.md). Here a waiting check has a rank, given by http.authcheck:
+every scrape (0 of 29, bench/RESULTS.md). Here a waiting check has a rank, given by http.authcheck:
 -1 when its client address's last check succeeded, 0 for an address not seen, n after n failed
 checks since the last success; plus the address's checks already waiting or running. The worker
 always takes the lowest rank, the oldest among equals. So a scraper whose password was just
