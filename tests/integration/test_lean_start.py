@@ -29,6 +29,9 @@ REGEX = {"re2", "podgpu.re2compat"}
 KUBERNETES = {"podgpu.attribution.kubelet", "podgpu.attribution.podwatch",
               "podgpu.attribution.kubeapi", "http.client", "h2", "google.protobuf"}
 EXTRAS = {"botocore", "boto3", "prometheus_client", "rich", "grpc", "podgpu.sinks.cloudwatch"}
+# podgpu's packaged files (field tables, the metric list, the landing page) are read beside their
+# modules: importlib.resources would cost ~15 modules at every start
+RESOURCES = {"importlib.resources"}
 
 
 def imported(stderr: str) -> set[str]:
@@ -61,8 +64,8 @@ def modules_of(args: list[str], *, tls: bool = False,
 def test_a_bare_agent_imports_no_optional_layer() -> None:
     mods = modules_of(["--simulate", "1", "--simulate-scenario", "none", "-c", "1000"])
     assert "podgpu.http.server" in mods and "h11" in mods  # the probe sees the listener load
-    for layer in (TLS, PASSWORDS, YAML, REGEX, KUBERNETES, EXTRAS):
-        assert loaded(layer, mods) == []
+    for layer in (TLS, PASSWORDS, YAML, REGEX, KUBERNETES, EXTRAS, RESOURCES):
+        assert loaded(layer, mods) == [], layer
 
 
 def test_a_web_config_brings_tls_yaml_and_bcrypt_and_nothing_else(tmp_path: Path) -> None:

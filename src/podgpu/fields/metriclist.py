@@ -18,7 +18,7 @@ import csv
 import io
 import os
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 from podgpu.errors import MetricListError
 from podgpu.fields.catalog import BY_NAME, Field, closest, dcgm_id, lookup
@@ -249,7 +249,7 @@ def empty_list_warning(parsed: MetricList) -> str | None:
 
 def default_text() -> str:
     """The embedded default list (same active rows as dcgm-exporter's default-counters.csv)."""
-    return resources.files("podgpu.fields").joinpath(DEFAULT_NAME).read_text(encoding="utf-8")
+    return (Path(__file__).parent / DEFAULT_NAME).read_text(encoding="utf-8")  # no importlib.resources
 
 
 def load_default() -> MetricList:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import functools
 from collections.abc import Mapping
-from importlib import resources
+from pathlib import Path
 from types import MappingProxyType
 
 TABLE = "dcgm-field-names.csv"
@@ -19,7 +19,7 @@ TABLE = "dcgm-field-names.csv"
 
 @functools.cache
 def _rows() -> tuple[tuple[str, int, str], ...]:
-    text = resources.files("podgpu.fields").joinpath(TABLE).read_text(encoding="utf-8")
+    text = (Path(__file__).parent / TABLE).read_text(encoding="utf-8")  # no importlib.resources
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     reader = csv.DictReader(lines)
     return tuple((r["name"], int(r["id"]), r["kind"]) for r in reader)
@@ -43,7 +43,7 @@ def kind(name: str) -> str | None:
 
 def source() -> str:
     """The table's `# source:` header lines, for docs and `podgpu fields`."""
-    text = resources.files("podgpu.fields").joinpath(TABLE).read_text(encoding="utf-8")
+    text = (Path(__file__).parent / TABLE).read_text(encoding="utf-8")  # no importlib.resources
     return "; ".join(line.removeprefix("# source: ") for line in text.splitlines()
                      if line.startswith("# source: "))
 

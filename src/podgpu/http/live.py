@@ -7,7 +7,7 @@ Static files are a fixed table, so no request path ever reaches the file system.
 
 from __future__ import annotations
 
-from importlib import resources
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -30,8 +30,8 @@ PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-sr
 
 
 def load_static() -> dict[str, bytes]:
-    root = resources.files("podgpu.http").joinpath("static")
-    return {name: root.joinpath(name).read_bytes() for name in STATIC_TYPES}
+    root = Path(__file__).parent / "static"  # plain reads: no importlib.resources at start-up
+    return {name: (root / name).read_bytes() for name in STATIC_TYPES}
 
 
 def page_response(pub: Published[Any] | None) -> Response | None:

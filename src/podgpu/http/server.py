@@ -17,7 +17,7 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Sequence
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from podgpu import __version__
@@ -96,7 +96,7 @@ def json_response(status: int, body: dict[str, Any]) -> Response:
 
 def landing(backend: str, publisher: Publisher[Any]) -> Callable[[], Response]:
     """`/` of serve: the live page of the last cycle, else the static landing page."""
-    page = (resources.files("podgpu.http").joinpath("landing.html").read_text(encoding="utf-8")
+    page = ((Path(__file__).parent / "landing.html").read_text(encoding="utf-8")
             .replace("{backend}", backend).replace("{version}", __version__).encode())
 
     def index() -> Response:
