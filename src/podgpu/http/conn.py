@@ -6,6 +6,10 @@ and h11 are used; the bounds come from how they are driven:
 - reads go into the listener's one shared buffer, copied out at once; reading pauses while an
   answer is pending, so requests are answered one at a time, whole and in order (TLS and plain),
   and a client that pipelines and never reads holds at most one read of them;
+- a request is answered at its head (h11's `Request`): a fresh parser per request, dropped
+  after it with what it holds beyond the head going to the next one; a read that is exactly a
+  head a fresh parser read whole before (http.wire.Seen: a scraper's every request) is answered
+  by what h11 read in it then;
 - an answer goes to the kernel in steps (http.sockio), the next once the transport's buffer is
   empty (high-water mark 0); the unsent body is a memoryview of the one published `bytes`;
 - every route takes no body: a request that announces one is answered once its head is read
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import h11
 
-from podgpu.http.app import App, Request, Response, decode_path, error
+from podgpu.http.app import App, Request, Response, error
 from podgpu.http.guard import Cancellable
 from podgpu.http.ratelog import short
 from podgpu.http.sockio import (
@@ -37,15 +41,7 @@ from podgpu.http.sockio import (
 )
 from podgpu.http.states import Event, Machine, State
 from podgpu.http.tlslayer import Refused, TlsLayer
-from podgpu.http.wire import (
-    Fields,
-    announces_body,
-    answer_of,
-    failed,
-    keep_alive,
-    refusal,
-    response_head,
-)
+from podgpu.http.wire import Head, answer_of, examine, failed, response_head
 
 if TYPE_CHECKING:
     from podgpu.http.listener import Listener
@@ -59,8 +55,8 @@ _E, _S = Event, State
 class Connection(asyncio.BufferedProtocol):
     """One accepted connection (plain or TLS)."""
 
-    __slots__ = ("_close_after", "_discarded", "_eof", "_h11", "_listener", "_looping", "_out",
-                 "_paused_writing", "_pending", "_pump_soon", "_remote",
+    __slots__ = ("_close_after", "_discarded", "_eof", "_fed", "_h11", "_listener", "_looping",
+                 "_out", "_paused_writing", "_pump_soon", "_remote",
                  "_sndbuf", "_sock", "_task", "_tls", "_transport", "machine", "peer",
                  "timer")
 
@@ -73,7 +69,7 @@ class Connection(asyncio.BufferedProtocol):
         self._sndbuf = 0
         self._h11: h11.Connection | None = None
         self._tls = TlsLayer(ctx) if ctx is not None else None
-        self._pending: tuple[h11.Request, Fields] | None = None  # EndOfMessage is next
+        self._fed: bytes | None = None  # all a fresh parser was fed: one read, from IDLE
         self._out: Outgoing | None = None  # the answer being written
         self._task: asyncio.Task[None] | None = None
         self._eof = self._close_after = self._paused_writing = False
@@ -132,6 +128,7 @@ class Connection(asyncio.BufferedProtocol):
         """The peer sent all it will: what it sent whole is answered; else close."""
         if self._h11 is None:
             return self.close()
+        self._fed = None
         self._h11.receive_data(b"")
         self._next()
 
@@ -233,12 +230,20 @@ class Connection(asyncio.BufferedProtocol):
     # --- HTTP
 
     def _http(self, data: bytes) -> None:
+        conn = self._h11
         if self.state is _S.IDLE:
             self.machine.fire(_E.BYTES)
             self._listener.guard.started(self)
-        if self._h11 is None:
-            self._h11 = self._listener.parser()
-        self._h11.receive_data(data)
+            head = self._listener.heads.get(data) if conn is None else None
+            if head is not None:  # a fresh parser read these very bytes whole before
+                self._dispatch(head)
+                return
+        if conn is None:
+            conn = self._h11 = self._listener.parser()
+            self._fed = data
+        else:
+            self._fed = None
+        conn.receive_data(data)
         if self.state is _S.HEAD:
             self._next()
 
@@ -269,32 +274,25 @@ class Connection(asyncio.BufferedProtocol):
         if event is h11.PAUSED:  # not reached: every request is answered before the next
             self._bad("protocol switch")
         elif isinstance(event, h11.Request):
-            fields = [(n.lower(), v) for n, v in event.headers.raw_items()]
-            why = refusal(event.http_version, fields, self._listener.limits.max_headers)
-            if why:
-                self._bad(why)
-            elif announces_body(fields):  # answered now, then closed
-                self._dispatch(event, fields, keep=False)
-            else:
-                self._pending = (event, fields)
-        elif isinstance(event, h11.EndOfMessage):
-            pending, self._pending = self._pending, None
-            if pending is not None:
-                request, head = pending
-                self._dispatch(request, head, keep=keep_alive(request.http_version, head))
+            head = examine(event, self._listener.limits.max_headers)
+            if isinstance(head, str):
+                self._bad(head)
+                return True
+            fed, self._fed = self._fed, None
+            if fed is not None and conn.trailing_data == (b"", False):
+                self._listener.heads.add(fed, head)  # one read, this head and nothing more
+            # Answered at once: without a body, h11's EndOfMessage is next and takes no byte
+            # (RFC 9112 section 6.3); with one, the body is never read and the connection
+            # closes after the answer.
+            self._dispatch(head)
         elif isinstance(event, h11.ConnectionClosed):
             self.close()
-        return True
+        return True  # EndOfMessage (not reached: the parser is dropped after its Request)
 
-    def _dispatch(self, event: h11.Request, fields: Fields, *, keep: bool) -> None:
-        path = decode_path(event.target)
-        if path is None:
-            self._bad("request target")
-            return
+    def _dispatch(self, head: Head) -> None:
         self.machine.fire(_E.REQUEST)
-        self._close_after = not keep
-        headers = {n.decode("latin-1"): v.decode("latin-1") for n, v in fields}
-        request = Request(method=event.method.decode("latin-1"), path=path, headers=headers,
+        self._close_after = head.body or not head.keep
+        request = Request(method=head.method, path=head.path, headers=head.headers,
                           remote=self._remote,
                           peercert=self._tls.peercert if self._tls is not None else None)
         app = self._listener.app
@@ -347,7 +345,7 @@ class Connection(asyncio.BufferedProtocol):
             self.machine.fire(_E.LAST)
             guard.closing(self)
             self._close_notify()
-            self._h11 = self._tls = None  # what the peer still sends is dropped unread
+            self._h11 = self._tls = self._fed = None  # what the peer still sends is dropped
             t = self._transport
             if self._eof or t is None:
                 self.close()
@@ -356,7 +354,7 @@ class Connection(asyncio.BufferedProtocol):
             self._resume_reading()
             return
         conn = self._h11
-        self._h11 = None
+        self._h11 = self._fed = None
         leftover = b""
         if conn is not None:
             leftover = bytes(conn.trailing_data[0])

@@ -13,6 +13,7 @@ from podgpu.http.app import App
 from podgpu.http.budget import MemoryReturn
 from podgpu.http.conn import Connection
 from podgpu.http.guard import ConnectionGuard, Limits
+from podgpu.http.wire import Seen
 
 READ_SIZE = 1024
 """Bytes read from a socket at once, into the listener's one shared buffer: what a client that
@@ -37,6 +38,8 @@ class Listener:
         self.call_soon: Callable[[Callable[[], None]], object] = _call_soon
         """Runs a function in the event loop's next turn (a unit test's fake loop replaces it)."""
         self.budget = guard.budget
+        self.heads = Seen()
+        """Request heads h11 read whole, by their bytes (http.wire.Seen)."""
 
     def parser(self) -> h11.Connection:
         """A fresh request parser (one per request: h11 parses requests only)."""

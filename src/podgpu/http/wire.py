@@ -1,14 +1,18 @@
-"""What http.conn reads from a request head beyond h11's checks, and the answer's head it
-writes (h11 parses requests only: its writer cost ~40 us a scrape, as much as the whole answer
-did before)."""
+"""What http.conn reads from a request head beyond h11's checks, the heads h11 read whole that
+it remembers, and the answer's head it writes (h11 parses requests only: its writer cost ~40 us
+a scrape, as much as the whole answer did before)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
+from types import MappingProxyType
+from typing import NamedTuple
 
-from podgpu.http.app import Request, Response, error
+import h11
+
+from podgpu.http.app import Request, Response, decode_path, error
 from podgpu.http.ratelog import short
 
 log = logging.getLogger("podgpu.http.guard")
@@ -18,37 +22,94 @@ _UNSAFE = frozenset("\r\n\0")
 """Characters never written into a header (a value from the web config cannot split the head)."""
 
 
-Fields = Sequence[tuple[bytes, bytes]]
-"""A request's header fields as h11 gives them: (lower-case name, value)."""
+class Head(NamedTuple):
+    """What http.conn answers a request head by, read from h11's `Request` event."""
+
+    method: str
+    path: str
+    """Percent-decoded, without the query (app.decode_path)."""
+    headers: Mapping[str, str]
+    """Lower-case names, last value wins (a read-only mapping: a remembered head is shared)."""
+    keep: bool
+    """HTTP/1.1 without a `close` token in any Connection header."""
+    body: bool
+    """Transfer-Encoding, or a Content-Length other than 0 (h11 checked its syntax): answered
+    at once, then closed; the body is never read."""
 
 
-def refusal(version: bytes, fields: Fields, max_headers: int) -> str:
-    """Why a request head h11 accepted is still answered 400 and closed, or ""."""
+def examine(event: h11.Request, max_headers: int) -> Head | str:
+    """The head of a request h11 accepted, or why it is still answered 400 and closed, in one
+    pass over its fields."""
+    version = event.http_version
     if version not in _VERSIONS:
         return f"HTTP version {short(version, 16)}"
-    if len(fields) > max_headers:
-        return f"{len(fields)} headers"
-    names = {name for name, _ in fields}
-    if b"content-length" in names and b"transfer-encoding" in names:
+    raw = event.headers.raw_items()
+    if len(raw) > max_headers:
+        return f"{len(raw)} headers"
+    headers: dict[str, str] = {}
+    length = nonzero = chunked = close = False
+    for rawname, value in raw:
+        name = rawname.lower()
+        headers[name.decode("latin-1")] = value.decode("latin-1")
+        if name == b"content-length":
+            length = True
+            nonzero = nonzero or int(value) != 0
+        elif name == b"transfer-encoding":
+            chunked = True
+        elif name == b"connection" and b"close" in value.lower():
+            close = True
+    if length and chunked:
         return "Content-Length with Transfer-Encoding"  # RFC 9112 section 6.1: close after it
-    return ""
+    path = decode_path(event.target)
+    if path is None:
+        return "request target"
+    return Head(event.method.decode("latin-1"), path, MappingProxyType(headers),
+                keep=version == b"1.1" and not close, body=nonzero or chunked)
 
 
-def announces_body(fields: Fields) -> bool:
-    """Transfer-Encoding, or a Content-Length other than 0 (h11 checked its syntax)."""
-    return any(name == b"transfer-encoding" or (name == b"content-length" and int(value) != 0)
-               for name, value in fields)
+class Seen:
+    """Request heads h11 read, each whole in one read of a connection with nothing before or
+    after it, and what it read in them, by their exact bytes: a scraper sends the same head on
+    every scrape, and a fresh h11 parser reads the same bytes the same way, so each distinct
+    head is parsed once. Only heads without a body are kept, MAX_HEADS of at most MAX_BYTES
+    each, the oldest forgotten first."""
+
+    MAX_HEADS = 64
+    MAX_BYTES = 2048
+
+    __slots__ = ("_heads",)
+
+    def __init__(self) -> None:
+        self._heads: dict[bytes, Head] = {}
+
+    def get(self, data: bytes) -> Head | None:
+        return self._heads.get(data)
+
+    def add(self, data: bytes, head: Head) -> None:
+        if len(data) > self.MAX_BYTES or head.body:
+            return
+        if len(self._heads) >= self.MAX_HEADS:
+            del self._heads[next(iter(self._heads))]
+        self._heads[data] = head
 
 
-def keep_alive(version: bytes, fields: Fields) -> bool:
-    """HTTP/1.1 without a `close` token in any Connection header."""
-    if version != b"1.1":
-        return False
-    return not any(name == b"connection" and b"close" in value.lower() for name, value in fields)
+_HEADS: dict[tuple[object, ...], bytes] = {}
+_MAX_HEADS = 64
 
 
 def response_head(resp: Response, *, close: bool) -> bytes:
-    """The status line and headers of `resp`, with its Content-Length."""
+    """The status line and headers of `resp`, with its Content-Length (the head of the same
+    answer is made once: at most _MAX_HEADS are kept, the oldest forgotten first)."""
+    key = (resp.status, len(resp.body), close, *resp.headers)
+    head = _HEADS.get(key)
+    if head is None:
+        if len(_HEADS) >= _MAX_HEADS:
+            del _HEADS[next(iter(_HEADS))]
+        head = _HEADS[key] = _head(resp, close=close)
+    return head
+
+
+def _head(resp: Response, *, close: bool) -> bytes:
     lines = [f"HTTP/1.1 {resp.status} {reason(resp.status)}\r\n"]
     lines.extend(f"{name}: {value}\r\n" for name, value in resp.headers
                  if _UNSAFE.isdisjoint(name + value))
