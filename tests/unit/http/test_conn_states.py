@@ -13,6 +13,7 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
+import h11
 import pytest
 
 from podgpu.http.app import App, Response
@@ -24,6 +25,7 @@ from podgpu.http.sockio import MIN_STEP
 from podgpu.http.states import TRANSITIONS, Event, InvalidTransition, Machine, State
 from podgpu.http.tlsgate import MAX_HELLO
 from podgpu.http.tlslayer import STATE_BYTES
+from podgpu.http.wire import Head, Seen
 from tests.harness import unverified_tls
 from tests.tlsutil import Pki
 from tests.unit.http.fakes import FakeTransport, Scheduler
@@ -366,3 +368,88 @@ def test_a_tls_scraper_mid_handshake_outlives_older_stalled_clienthellos(
     assert scraper.state is State.HANDSHAKE and not st.aborted
     assert guard.budget.held(scraper) > max(guard.budget.held(c) for c, _ in stalled)
     assert [t.aborted for _, t in stalled] == [True, True, False]  # the oldest went
+
+
+# --- heads h11 read whole before (http.wire.Seen)
+
+
+def counting_parsers(listener: Listener) -> list[int]:
+    """Counts the fresh h11 parsers `listener` makes from now on."""
+    made = [0]
+    parser = listener.parser
+
+    def counted() -> h11.Connection:
+        made[0] += 1
+        return parser()
+
+    listener.parser = counted  # type: ignore[method-assign]
+    return made
+
+
+def test_a_read_that_is_exactly_a_head_h11_read_before_is_answered_without_a_parser() -> None:
+    conn, t, _, _, _ = connection()
+    listener = conn._listener
+    made = counting_parsers(listener)
+    send(conn, GET)
+    assert made == [1]
+    send(conn, GET)
+    other, t2, _, _, _ = connection(listener=listener)
+    send(other, GET)
+    assert made == [1]  # the same bytes, on this connection and another
+    assert answers(bytes(t.sent)) == [(b"HTTP/1.1 200 OK", BODY)] * 2
+    assert bytes(t2.sent) == bytes(t.sent)[:len(t2.sent)] and other.state is State.IDLE
+    send(conn, GET, size=10)  # the same head split over reads: h11 reads it
+    send(conn, GET.replace(b"Host: x", b"Host: y"))  # one byte differs: h11 reads it
+    send(conn, GET * 3)  # three copies in one read: h11 frames them, a parser each
+    assert made == [6]
+    assert answers(bytes(t.sent)) == [(b"HTTP/1.1 200 OK", BODY)] * 7
+
+
+def test_a_remembered_head_keeps_what_h11_read_in_it_the_close_and_the_headers() -> None:
+    conn, t, _, _, _ = connection()
+    made = counting_parsers(conn._listener)
+    closing = b"GET /n HTTP/1.1\r\nHost: x\r\nX-N: 7\r\nConnection: close\r\n\r\n"
+    send(conn, closing)
+    again, t2, _, _, _ = connection(listener=conn._listener)
+    send(again, closing)
+    assert made == [1]
+    for c, tr in ((conn, t), (again, t2)):
+        assert answers(bytes(tr.sent)) == [(b"HTTP/1.1 200 OK", b"7")]
+        assert b"\r\nConnection: close\r\n" in bytes(tr.sent)
+        assert c.state is State.LINGER and tr.eof_written
+
+
+def test_a_head_that_announces_a_body_is_never_remembered() -> None:
+    conn, _, _, _, _ = connection()
+    made = counting_parsers(conn._listener)
+    post = b"POST /n HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n"
+    for _ in range(2):
+        c, t, _, _, _ = connection(listener=conn._listener)
+        send(c, post)
+        assert answers(bytes(t.sent))[0][0] == b"HTTP/1.1 405 Method Not Allowed"
+        assert c.state is State.LINGER
+    assert made == [2]
+
+
+def test_the_heads_remembered_are_bounded_the_oldest_forgotten_first() -> None:
+    seen = Seen()
+    head = Head("GET", "/", {}, keep=True, body=False)
+    for i in range(Seen.MAX_HEADS + 1):
+        seen.add(b"%d" % i, head)
+    assert seen.get(b"0") is None and seen.get(b"1") is head
+    assert seen.get(b"%d" % Seen.MAX_HEADS) is head
+    seen.add(b"x" * (Seen.MAX_BYTES + 1), head)
+    assert seen.get(b"x" * (Seen.MAX_BYTES + 1)) is None
+    seen.add(b"post", head._replace(body=True))
+    assert seen.get(b"post") is None
+
+
+def test_an_answer_carries_the_headers_of_now_though_its_head_was_made_before() -> None:
+    conn, t, _, _, _ = connection()
+    value = ["one"]
+    conn._listener.app.response_headers.append(lambda: [("X-Config", value[0])])
+    send(conn, GET)
+    value[0] = "two"  # the web config reloaded
+    send(conn, GET)
+    sent = bytes(t.sent)
+    assert sent.count(b"\r\nX-Config: one\r\n") == 1 and sent.count(b"\r\nX-Config: two\r\n") == 1
