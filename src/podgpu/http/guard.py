@@ -7,8 +7,8 @@ for as long as it likes, and at the file-descriptor limit every scrape fails (be
 
 `ConnectionGuard` is a state machine over the connections http.conn reports to it; it touches a
 connection only through the `Guarded` protocol below and schedules its timers through one
-`call_later` function, so tests drive it with fake connections and a fake clock
-(tests/unit/http/test_guard_states.py):
+`call_later` function on one clock (`now`), so tests drive it with fake connections and a fake
+clock (tests/unit/http/test_guard_states.py):
 
 - a connection is counted from the moment it is accepted, TLS ones before their handshake, and
   must complete each request (TLS handshake, head read, response handed to the kernel) within
@@ -133,12 +133,19 @@ class ConnectionGuard:
     `refused` (the newcomer closed: nothing to evict), `timed_out` (past the request deadline)."""
 
     def __init__(self, limits: Limits | None = None, *, call_later: CallLater | None = None,
-                 cap: int | None = None) -> None:
-        """`call_later(seconds, fn, conn)` schedules `fn(conn)` (the event loop's by default);
-        `cap` overrides the descriptor-limited cap (tests)."""
+                 now: Callable[[], float] | None = None, cap: int | None = None) -> None:
+        """`call_later(seconds, fn, conn)` schedules `fn(conn)` and `now()` is its clock (the
+        event loop's by default; a test gives both); `cap` overrides the descriptor-limited cap
+        (tests)."""
+        if (call_later is None) != (now is None):
+            raise ValueError("call_later and now come together")
         self.limits = limits or Limits()
         self.cap = cap if cap is not None else effective_cap(self.limits.max_connections)
         self._call_later = call_later
+        self._now = now
+        self._due: dict[Guarded, tuple[float, float, Callable[[Guarded], None]]] = {}
+        """Per connection with a timer: when its timer fires, when its deadline is, and what
+        runs then (see `_arm`)."""
         self._fresh: OrderedDict[Guarded, None] = OrderedDict()  # no request completed yet
         self._idle: OrderedDict[Guarded, None] = OrderedDict()   # between requests
         self._busy: OrderedDict[Guarded, None] = OrderedDict()   # a later request
@@ -241,12 +248,40 @@ class ConnectionGuard:
     # --- internals
 
     def _arm(self, conn: Guarded, seconds: float, fn: Callable[[Guarded], None]) -> None:
+        """`fn(conn)` in `seconds`, replacing what was armed. A timer that fires no later is
+        kept (it finds the new deadline and waits on), so a scraper's requests, which move its
+        deadline twice each, schedule nothing: a timer fires at most `request_timeout` after it
+        is set."""
+        now = self._now() if self._now is not None else asyncio.get_running_loop().time()
+        due = now + seconds
+        armed = self._due.get(conn)
+        if armed is not None and conn.timer is not None and armed[0] <= due:
+            self._due[conn] = (armed[0], due, fn)
+            return
         self._disarm(conn)
-        call_later = self._call_later or asyncio.get_running_loop().call_later
-        conn.timer = call_later(seconds, fn, conn)
+        self._schedule(conn, now, due, fn)
 
-    @staticmethod
-    def _disarm(conn: Guarded) -> None:
+    def _schedule(self, conn: Guarded, now: float, due: float,
+                  fn: Callable[[Guarded], None]) -> None:
+        wait = min(due - now, self.limits.request_timeout)
+        call_later = self._call_later or asyncio.get_running_loop().call_later
+        conn.timer = call_later(wait, self._fire, conn)
+        self._due[conn] = (now + wait, due, fn)
+
+    def _fire(self, conn: Guarded) -> None:
+        conn.timer = None
+        armed = self._due.pop(conn, None)
+        if armed is None:
+            return
+        now = self._now() if self._now is not None else asyncio.get_running_loop().time()
+        _, due, fn = armed
+        if due > now:
+            self._schedule(conn, now, due, fn)
+        else:
+            fn(conn)
+
+    def _disarm(self, conn: Guarded) -> None:
+        self._due.pop(conn, None)
         if conn.timer is not None:
             conn.timer.cancel()
             conn.timer = None

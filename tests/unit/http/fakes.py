@@ -34,6 +34,9 @@ class Scheduler:
         heapq.heappush(self._heap, (self.now + seconds, next(self._seq), timer, fn, arg))
         return timer
 
+    def time(self) -> float:
+        return self.now
+
     def advance(self, seconds: float) -> None:
         until = self.now + seconds
         while self._heap and self._heap[0][0] <= until:

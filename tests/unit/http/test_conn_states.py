@@ -69,7 +69,7 @@ def connection(room: int = 1 << 30, *, tls: ssl.SSLContext | None = None,
     app.add_get("/bug", _bug)
     clock = Scheduler()
     limits = Limits(max_connections=10, memory_budget=budget or 16 << 20)
-    guard = ConnectionGuard(limits, call_later=clock.call_later, cap=10)
+    guard = ConnectionGuard(limits, call_later=clock.call_later, now=clock.time, cap=10)
     listener = Listener(app, guard, ssl_context=tls)
     turns = Turns()
     listener.call_soon = turns

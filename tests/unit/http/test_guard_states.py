@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
-from podgpu.http.guard import ConnectionGuard, Limits
+from podgpu.http.guard import Cancellable, ConnectionGuard, Limits
 from tests.unit.http.fakes import FakeConn, Scheduler
 
 LIMITS = Limits(max_connections=3, request_timeout=15.0, keepalive_timeout=75.0)
@@ -17,7 +18,7 @@ LIMITS = Limits(max_connections=3, request_timeout=15.0, keepalive_timeout=75.0)
 
 def make_guard(cap: int = 3) -> tuple[ConnectionGuard, Scheduler]:
     clock = Scheduler()
-    return ConnectionGuard(LIMITS, call_later=clock.call_later, cap=cap), clock
+    return ConnectionGuard(LIMITS, call_later=clock.call_later, now=clock.time, cap=cap), clock
 
 
 def open_(guard: ConnectionGuard, *names: str) -> list[FakeConn]:
@@ -53,6 +54,41 @@ def test_a_completed_request_goes_idle_and_is_closed_politely_after_keepalive() 
     clock.advance(75)
     assert scraper.closed and not scraper.aborted and guard.open_connections == 0
     assert guard.timed_out == 0
+
+
+def test_a_scrapers_requests_schedule_no_timers_and_every_deadline_stays_exact() -> None:
+    guard, clock = make_guard()
+    scheduled = [0]
+    call_later = clock.call_later
+
+    def counted(seconds: float, fn: Callable[[Any], None], arg: Any) -> Cancellable:
+        scheduled[0] += 1
+        return call_later(seconds, fn, arg)
+
+    guard._call_later = counted
+    (scraper,) = open_(guard, "scraper")
+    guard.completed(scraper)
+    for _ in range(1000):  # 1,000 scrapes in a second: the timer armed first is kept
+        clock.advance(0.001)
+        guard.started(scraper)
+        guard.completed(scraper)
+    assert scheduled == [1]  # the one armed at accept
+    clock.advance(74.999)  # 75 s idle after its last answer, not before
+    assert not scraper.closed
+    clock.advance(0.002)
+    assert scraper.closed and not scraper.aborted
+    (slow,) = open_(guard, "slow")
+    guard.completed(slow)
+    for _ in range(40):  # a scrape a second, then one whose answer never completes
+        clock.advance(1)
+        guard.started(slow)
+        guard.completed(slow)
+    clock.advance(1)
+    guard.started(slow)
+    clock.advance(14.999)
+    assert not slow.aborted
+    clock.advance(0.002)
+    assert slow.aborted and guard.timed_out == 1
 
 
 def test_a_new_request_on_an_idle_connection_gets_a_fresh_deadline_from_its_first_byte() -> None:
