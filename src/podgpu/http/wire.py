@@ -93,17 +93,17 @@ class Seen:
         self._heads[data] = head
 
 
+MAX_RESPONSE_HEADS = 64
 _HEADS: dict[tuple[object, ...], bytes] = {}
-_MAX_HEADS = 64
 
 
 def response_head(resp: Response, *, close: bool) -> bytes:
     """The status line and headers of `resp`, with its Content-Length (the head of the same
-    answer is made once: at most _MAX_HEADS are kept, the oldest forgotten first)."""
+    answer is made once: at most MAX_RESPONSE_HEADS are kept, the oldest forgotten first)."""
     key = (resp.status, len(resp.body), close, *resp.headers)
     head = _HEADS.get(key)
     if head is None:
-        if len(_HEADS) >= _MAX_HEADS:
+        if len(_HEADS) >= MAX_RESPONSE_HEADS:
             del _HEADS[next(iter(_HEADS))]
         head = _HEADS[key] = _head(resp, close=close)
     return head

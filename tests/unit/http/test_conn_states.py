@@ -16,6 +16,7 @@ from pathlib import Path
 import h11
 import pytest
 
+from podgpu.http import wire
 from podgpu.http.app import App, Response
 from podgpu.http.budget import MemoryBudget
 from podgpu.http.conn import DISCARD_LIMIT, Connection
@@ -453,3 +454,13 @@ def test_an_answer_carries_the_headers_of_now_though_its_head_was_made_before() 
     send(conn, GET)
     sent = bytes(t.sent)
     assert sent.count(b"\r\nX-Config: one\r\n") == 1 and sent.count(b"\r\nX-Config: two\r\n") == 1
+
+
+def test_the_answer_heads_made_once_are_bounded_and_each_is_its_answers() -> None:
+    for n in range(3 * wire.MAX_RESPONSE_HEADS):
+        resp = Response.text(200, "x" * n, ("X-N", str(n)))
+        head = wire.response_head(resp, close=n % 2 == 0)
+        assert f"\r\nContent-Length: {n}\r\nX-N".encode() not in head  # the header's order kept
+        assert f"\r\nX-N: {n}\r\nContent-Length: {n}\r\n".encode() in head
+        assert (b"\r\nConnection: close\r\n" in head) == (n % 2 == 0)
+        assert len(wire._HEADS) <= wire.MAX_RESPONSE_HEADS
