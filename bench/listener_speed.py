@@ -1,0 +1,157 @@
+"""The scrape path's speed, plain and TLS, for several podgpu trees in alternating rounds.
+
+Each round starts `podgpu serve --simulate 8` once per tree (a `src/` directory each; the order
+rotates between rounds) and measures 8 keep-alive clients (bench_core's raw-socket client, over
+TLS with `--tls`: a web config with a server certificate, handshakes before the clock starts),
+no gzip: scrapes/s, p50/p99 latency, and the server's CPU per scrape (schedstat).
+
+    git archive REV src | tar -x -C /tmp/REV
+    .venv/bin/python -m bench.listener_speed --tree before=/tmp/REV/src --tree after=src \\
+        --rounds 4 --scrapes 8000 [--tls] --out bench/results/NAME.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench_core import HOST, HttpClient, check, cpu_sched_seconds, memory, summarize
+from tests.harness import free_port
+from tests.tlsutil import Pki
+
+
+class TlsClient(HttpClient):
+    """bench_core's client over TLS (certificate checked against the test CA)."""
+
+    context: ssl.SSLContext
+
+    def get(self) -> tuple[int, bytes]:
+        if self.sock is None:
+            raw = socket.create_connection((HOST, self.port), timeout=10)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock = self.context.wrap_socket(raw, server_hostname=HOST)
+            self.connects += 1
+        return super().get()
+
+
+def eight_clients(port: int, scrapes: int, tls: bool) -> dict[str, float]:
+    """8 keep-alive clients, each connected (and its handshake done) before the clock starts."""
+    per = scrapes // 8
+    lats: list[list[float]] = [[] for _ in range(8)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(9)
+
+    def worker(i: int) -> None:
+        client = TlsClient(port) if tls else HttpClient(port)
+        try:
+            client.get()
+            barrier.wait()
+            for _ in range(per):
+                t0 = time.perf_counter()
+                status, body = client.get()
+                lats[i].append(time.perf_counter() - t0)
+                check(status, body)
+            if client.connects != 1:
+                raise RuntimeError(f"{client.connects} connections, not one")
+        except BaseException as exc:  # raised below
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"a scrape failed: {errors[0]!r}")
+    return summarize([x for lat in lats for x in lat], wall)
+
+
+def serve(src: str, port: int, web_config: Path | None) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": src}
+    cmd = [sys.executable, "-m", "podgpu", "serve", "--simulate", "8", "-c", "1000",
+           "-a", f"{HOST}:{port}"]
+    if web_config is not None:
+        cmd += ["--web-config-file", str(web_config)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_ready(port: int, tls: bool) -> None:
+    for _ in range(300):
+        client = TlsClient(port) if tls else HttpClient(port)
+        try:
+            if client.get()[0] == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+        finally:
+            client.close()
+    raise RuntimeError("podgpu did not answer /metrics")
+
+
+def measure(src: str, scrapes: int, web_config: Path | None) -> dict[str, Any]:
+    port = free_port()
+    proc = serve(src, port, web_config)
+    try:
+        wait_ready(port, web_config is not None)
+        cpu0 = cpu_sched_seconds(proc.pid)
+        summary = eight_clients(port, scrapes, web_config is not None)
+        cpu = cpu_sched_seconds(proc.pid) - cpu0
+        return {**summary,
+                "server_cpu_ms_per_scrape": cpu / summary["scrapes"] * 1e3,
+                "rss_mb": memory(proc.pid)["rss_mb"]}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tree", action="append", required=True, help="NAME=SRC_DIR")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--scrapes", type=int, default=8000, help="per tree and round")
+    ap.add_argument("--tls", action="store_true")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    trees = [tuple(t.split("=", 1)) for t in a.tree]
+    with tempfile.TemporaryDirectory() as tmp:
+        web_config = None
+        if a.tls:
+            pki = Pki(Path(tmp), "bench")
+            leaf = pki.leaf("server", server=True)
+            web_config = Path(tmp) / "web.yml"
+            web_config.write_text(f"tls_server_config:\n  cert_file: {leaf.cert}\n"
+                                  f"  key_file: {leaf.key}\n")
+            TlsClient.context = ssl.create_default_context(cafile=str(pki.ca))
+        rounds: list[dict[str, Any]] = []
+        for r in range(a.rounds):
+            order = trees[r % len(trees):] + trees[:r % len(trees)]
+            got = {name: measure(src, a.scrapes, web_config) for name, src in order}
+            rounds.append(got)
+            print(f"round {r + 1}: " + "; ".join(
+                f"{n} {g['scrapes_per_s']:.0f}/s p99 {g['p99_ms']:.2f} ms "
+                f"cpu {g['server_cpu_ms_per_scrape']:.3f} ms" for n, g in got.items()),
+                flush=True)
+    a.out.write_text(json.dumps({"argv": sys.argv, "tls": a.tls, "trees": dict(trees),
+                                 "loadavg_end": os.getloadavg(), "rounds": rounds}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
