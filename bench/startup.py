@@ -5,6 +5,9 @@
         --out $OUT/startup.json --rounds 3 [--src DIR] [--before-src /tmp/before/src]
     # without a GPU (podgpu --simulate 1, no nvitop-exporter):
     .venv/bin/python -m bench.startup --out /tmp/startup.json --simulate --rounds 3
+    # without a GPU, podgpu's real NVML backend over a fake NVML whose init takes 0.04 s
+    # (bench/slow_nvml/pynvml.py; GPM supported, so the first cycle waits for GPM's 0.1 s):
+    .venv/bin/python -m bench.startup --out /tmp/startup.json --fake-nvml --rounds 3
 
 Each exporter is started `--rounds` times, alternating, one at a time. Per start: seconds from
 spawn to the first valid /metrics (HTTP 200 with a GPU series; polled every 5 ms on a fresh
@@ -38,6 +41,8 @@ from typing import Any
 from tests.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+FAKE_NVML = False
+"""--fake-nvml: podgpu's NVML backend over bench/slow_nvml/pynvml.py."""
 SERIES = {"podgpu": b"DCGM_FI_DEV_GPU_UTIL{", "nvitop": b"gpu_utilization_Percentage"}
 
 
@@ -85,11 +90,19 @@ def first_metrics(port: int, want: bytes, proc: subprocess.Popen[bytes], t0: flo
     raise RuntimeError(f"no valid /metrics within 30 s (exit {proc.poll()})")
 
 
-def one_start(kind: str, src: Path | None, simulate: bool, modules: bool) -> dict[str, Any]:
-    port = free_port()
+def environment(src: Path | None) -> dict[str, str]:
+    """PYTHONPATH: the podgpu tree first (after the fake NVML with --fake-nvml)."""
     env = dict(os.environ)
     if src is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
+        fake = [str(ROOT / "bench" / "slow_nvml"), str(ROOT)] if FAKE_NVML else []
+        env["PYTHONPATH"] = os.pathsep.join([*fake, str(src),
+                                             *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def one_start(kind: str, src: Path | None, simulate: bool, modules: bool) -> dict[str, Any]:
+    port = free_port()
+    env = environment(src)
     want = SERIES["nvitop" if kind == "nvitop" else "podgpu"]
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -133,8 +146,7 @@ def breakdown(src: Path, simulate: bool) -> dict[str, Any]:
     import threading
 
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(src), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = environment(src)
     cmd = [*command("podgpu", port, simulate, True), "--log-format", "json"]
     lines: list[tuple[float, str]] = []
     t0 = time.perf_counter()
@@ -182,11 +194,15 @@ def main() -> int:
     ap.add_argument("--simulate", action="store_true", help="no GPU: podgpu --simulate, no nvitop")
     ap.add_argument("--modules", action="store_true", help="count imported modules (-X importtime)")
     ap.add_argument("--breakdown", action="store_true", help="one more podgpu start, split")
+    ap.add_argument("--fake-nvml", action="store_true",
+                    help="no GPU: podgpu over bench/slow_nvml's fake NVML, no nvitop")
     a = ap.parse_args()
+    global FAKE_NVML
+    FAKE_NVML = a.fake_nvml
     kinds: list[tuple[str, Path | None]] = [("podgpu", a.src.resolve())]
     if a.before_src:
         kinds.append(("podgpu-before", a.before_src.resolve()))
-    if not a.simulate:
+    if not a.simulate and not a.fake_nvml:
         kinds.append(("nvitop", None))
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k, _ in kinds}
     for _ in range(a.rounds):
