@@ -72,10 +72,12 @@ class Seen:
     after it, and what it read in them, by their exact bytes: a scraper sends the same head on
     every scrape, and a fresh h11 parser reads the same bytes the same way, so each distinct
     head is parsed once. Only heads without a body are kept, MAX_HEADS of at most MAX_BYTES
-    each, the oldest forgotten first."""
+    each (one plain read's size: a longer plain head never arrives whole in one read), the
+    oldest forgotten first: at most ~0.3 MiB with what h11 read in them (bench/RESULTS.md "The
+    scrape path with h11 alone, fast again")."""
 
-    MAX_HEADS = 64
-    MAX_BYTES = 2048
+    MAX_HEADS = 32
+    MAX_BYTES = 1024
 
     __slots__ = ("_heads",)
 
