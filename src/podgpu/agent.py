@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from podgpu import __version__, logs
+from podgpu import __version__
 from podgpu.errors import ListenError
 from podgpu.http.lifecycle import Stopper
 from podgpu.parts import (
@@ -75,18 +75,9 @@ class Agent:
         return f"{scheme}://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
-def main(argv: Sequence[str]) -> int:
-    """`podgpu serve [flags]` (also `podgpu [flags]`): parse, build, run until stopped."""
-    from podgpu.config import OPTIONS, serve_parser, settings_from
-    from podgpu.options import go_flags
-
-    settings = settings_from(serve_parser().parse_args(go_flags(list(argv), OPTIONS)))
-    logs.configure(debug=settings.log.debug, fmt=settings.log.format)  # the process's, not the agent's
-    return run(build_agent(settings))
-
-
-def build_agent(settings: ServeSettings) -> Agent:
-    """Every part from its settings; ConfigError (exit 2) for bad input, nothing started."""
+def build_agent(settings: ServeSettings, *, backend: Backend | None = None) -> Agent:
+    """Every part from its settings; ConfigError (exit 2) for bad input, nothing started
+    (`backend`: one made already, podgpu/serve.py's, which may be opening)."""
     from podgpu.fields.metriclist import empty_list_warning
     from podgpu.sinks.prometheus.labels import LabelOptions
 
@@ -111,7 +102,7 @@ def build_agent(settings: ServeSettings) -> Agent:
     attributor = make_attributor(k, scenario)
     emf = (make_emf_sink(settings, metrics, label_opts, attributor)
            if settings.emf is not None else None)
-    return Agent(settings, metrics, label_opts, make_backend(settings, scenario),
+    return Agent(settings, metrics, label_opts, backend or make_backend(settings, scenario),
                  attributor, security, emf)
 
 
@@ -124,11 +115,16 @@ def list_file(collect: CollectSettings) -> str | None:
     return resolve_list_path(collect.collectors, collect.default_list)
 
 
-def run(agent: Agent, *, ready: Callable[[Agent], None] | None = None) -> int:
+def run(agent: Agent, *, ready: Callable[[Agent], None] | None = None,
+        open_backend: Callable[[Backend], None] | None = None) -> int:
     """Open, collect once, serve until stopped; 1 when the collect loop died, else 0.
-    `ready(agent)` runs once the port is bound (`agent.addresses`), on the serving thread."""
+    `ready(agent)` runs once the port is bound (`agent.addresses`), on the serving thread;
+    `open_backend` opens it instead of its `open` (parts.OpenAhead.wait)."""
     backend, attributor = agent.backend, agent.attributor
-    backend.open()
+    if open_backend is None:
+        backend.open()
+    else:
+        open_backend(backend)
     if attributor is not None:
         attributor.start()
     try:

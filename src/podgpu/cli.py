@@ -36,7 +36,7 @@ class Command(NamedTuple):
 
 
 COMMANDS: dict[str, Command] = {
-    "serve": Command("podgpu.agent:main", "collect GPU metrics and serve /metrics (default)"),
+    "serve": Command("podgpu.serve:main", "collect GPU metrics and serve /metrics (default)"),
     "fields": Command("podgpu.fields.listing:main", "list every DCGM field podgpu can export"),
     "burn": Command("podgpu.burn:main", "GPU load generator (gpu-burn pattern)"),
     "top": Command("podgpu.top:main", "GPUs and pods of one or many nodes in the terminal",

@@ -4,7 +4,10 @@ backend, the attributor, the web security and the EMF sink. podgpu.agent assembl
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from podgpu.errors import BackendError
@@ -106,6 +109,60 @@ def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend
         # a hung GPU costs at most this much of a cycle: 0.8 interval, 1..10 s
         read_timeout_seconds=min(10.0, max(1.0, 0.8 * c.interval)),
     )
+
+
+class OpenAhead:
+    """The NVML backend's `open()` on its own thread from `start` on, while the caller builds
+    the rest (podgpu/serve.py says why). With --simulate there is nothing to wait for: no
+    backend is made here and `wait` opens the agent's own."""
+
+    ABANDON_WAIT_SECONDS = 5.0
+    """How long `abandon` waits for an open in flight before leaving it to the exiting process."""
+
+    def __init__(self, backend: Backend | None) -> None:
+        self.backend = backend
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if backend is not None:
+            self._thread = threading.Thread(target=self._open, args=(backend,),
+                                            name="podgpu-open", daemon=True)
+            self._thread.start()
+
+    @classmethod
+    def start(cls, settings: ServeSettings) -> OpenAhead:
+        """The NVML backend made and opening (None with --simulate, whose scenario the agent
+        makes once for its backend and attributor)."""
+        if settings.simulation is not None:
+            return cls(None)
+        with contextlib.suppress(ImportError):  # open() says what is missing
+            # here, not on the open's thread, so that the binding's memory stays in the main
+            # thread's malloc arena: 0.4-0.5 MiB more RSS otherwise (bench/RESULTS.md)
+            importlib.import_module("pynvml")
+        return cls(make_backend(settings))
+
+    def _open(self, backend: Backend) -> None:
+        try:
+            backend.open()
+        except BaseException as exc:  # raised on the caller's thread by `wait`
+            self._error = exc
+
+    def wait(self, backend: Backend) -> None:
+        """`backend.open()` done: waited for when it runs ahead (raising what it raised), else
+        called now."""
+        if self._thread is None:
+            backend.open()
+            return
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def abandon(self) -> None:
+        """The agent was not built (bad input): close what the open opened."""
+        if self._thread is None or self.backend is None:
+            return
+        self._thread.join(self.ABANDON_WAIT_SECONDS)
+        if not self._thread.is_alive() and self._error is None:
+            self.backend.close()
 
 
 def make_attributor(kubernetes: KubernetesSettings, scenario: Scenario | None

@@ -1,0 +1,74 @@
+"""`podgpu serve` opens NVML on its own thread while it loads the rest (podgpu/serve.py): the
+first /metrics it answers still holds the GPU and its GPM (DCGM_FI_PROF_*) values, a bad input
+still exits 2 whatever NVML does, and NVML's own failure still exits 1.
+
+The process and its NVML backend are real; NVML is the fake of tests/fakes/fake_pynvml.py put in
+place of nvidia-ml-py by tests/deploy/nvml_appears/, which answers from the wall-clock time in
+PODGPU_TEST_NVML_AT on and says "library not found" before (the injected fault)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.harness import Serve, scrape, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+UUID = "GPU-44444444-0000-0000-0000-000000000000"
+
+
+def fake_nvml(answers_in: float) -> dict[str, str]:
+    """The environment that makes the child's pynvml the fake one, answering in `answers_in` s."""
+    path = os.pathsep.join([str(ROOT / "tests" / "deploy" / "nvml_appears"), str(ROOT),
+                            *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {"PYTHONPATH": path, "PODGPU_TEST_NVML_AT": str(time.time() + answers_in),
+            "PODGPU_TEST_NVML_UUIDS": UUID, "NODE_NAME": "n"}
+
+
+def serve(*args: str, answers_in: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "podgpu", "serve", "-a", "127.0.0.1:0", *args],
+                          env={**os.environ, **fake_nvml(answers_in)}, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_the_first_metrics_answered_hold_the_gpu_and_its_gpm_values() -> None:
+    with_serve = Serve(["-c", "1000", "--wait-for-driver", "never"], env=fake_nvml(0))
+    try:
+        def first_answer() -> tuple[int, bytes] | None:
+            assert with_serve.running(), with_serve.stop()[1]
+            try:
+                return scrape(with_serve.url + "/metrics")
+            except OSError:  # not listening yet
+                return None
+
+        answer = wait_for(first_answer, 30, "the first answer on /metrics", interval=0.01)
+    finally:
+        with_serve.stop()
+    assert answer is not None
+    status, body = answer
+    assert status == 200
+    assert f'UUID="{UUID}"'.encode() in body  # never an answer without the GPU
+    assert b"DCGM_FI_PROF_GR_ENGINE_ACTIVE{" in body  # the first cycle waited for GPM's pair
+
+
+def test_a_bad_input_exits_2_while_nvml_fails() -> None:
+    for when in ("never", "always"):  # always: the driver wait's thread was started, and ends
+        done = serve("-f", "/nonexistent/counters.csv", "--wait-for-driver", when,
+                     answers_in=3600)
+        assert done.returncode == 2, (when, done.stderr)
+        assert "/nonexistent/counters.csv" in done.stderr.splitlines()[-1], done.stderr
+
+
+def test_a_bad_input_exits_2_once_nvml_opened() -> None:
+    done = serve("-f", "/nonexistent/counters.csv", "--wait-for-driver", "never", answers_in=0)
+    assert done.returncode == 2, done.stderr
+    assert "/nonexistent/counters.csv" in done.stderr.splitlines()[-1], done.stderr
+
+
+def test_nvml_failing_without_the_wait_still_exits_1() -> None:
+    done = serve("-c", "1000", "--wait-for-driver", "never", answers_in=3600)
+    assert done.returncode == 1, done.stderr
+    assert "libnvidia-ml.so.1" in done.stderr.splitlines()[-1], done.stderr
