@@ -1,4 +1,4 @@
-"""bench/bench_accounting.py runs end to end on a short run (no timing assertions)."""
+"""`python -m bench.bench_accounting` runs end to end on a short run (no timing assertions)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_bench_accounting_runs(tmp_path: Path) -> None:
     out = tmp_path / "acct.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_accounting.py"),
+    proc = subprocess.run([sys.executable, "-m", "bench.bench_accounting",
                            "--cycles", "60", "--passes", "1", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
