@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from podgpu.fields.catalog import Field
 from podgpu.model import Device, GpuProcess, Sample
+
+if TYPE_CHECKING:
+    from podgpu.fields.catalog import Field
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from podgpu.backends.base import Backend, Reading
 from podgpu.errors import BackendError
-from podgpu.fields.catalog import Field
 from podgpu.model import Device
 from podgpu.peers.backoff import BackoffLoop
+
+if TYPE_CHECKING:
+    from podgpu.fields.catalog import Field
 
 log = logging.getLogger("podgpu.backends.driverwait")
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING
 
 from podgpu.backends import nvml_lib
 from podgpu.backends.base import Reading
@@ -31,8 +32,10 @@ from podgpu.backends.nvml_gpu import CycleJob, GpuResult, GpuRunner, GpuView
 from podgpu.backends.nvml_lib import Lib, text
 from podgpu.backends.nvml_plan import Plan, build_plan
 from podgpu.errors import BackendError
-from podgpu.fields.catalog import CATALOG, Field
 from podgpu.model import Device, GpuProcess, Sample
+
+if TYPE_CHECKING:
+    from podgpu.fields.catalog import Field
 
 log = logging.getLogger("podgpu.backends.nvml")
 
@@ -178,6 +181,8 @@ class NvmlBackend:
         return dict(self._info)
 
     def unavailable_fields(self) -> dict[str, str]:
+        from podgpu.fields.catalog import CATALOG  # loaded beside the open, not before it (serve.py)
+
         out = dict(self._unknown)
         known = [v for v in self._views.values() if v.device is not None]
         if known and all(v.gpm_reason is not None and not v.instance_gpm for v in known):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podgpu.backends import derived
 from podgpu.backends.derived import ClockEventCounter
@@ -26,9 +26,11 @@ from podgpu.backends.nvml_mig import enumerate_instances
 from podgpu.backends.nvml_plan import Plan
 from podgpu.backends.nvml_read import read_gpu, read_instance, read_processes
 from podgpu.backends.nvml_state import GpuState
-from podgpu.fields.catalog import Field
 from podgpu.model import Device, GpuProcess, Sample
 from podgpu.model.device import Value
+
+if TYPE_CHECKING:
+    from podgpu.fields.catalog import Field
 
 log = logging.getLogger("podgpu.backends.nvml")
 

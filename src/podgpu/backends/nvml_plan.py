@@ -15,12 +15,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podgpu.backends import derived
 from podgpu.backends.nvml_lib import Lib, text
-from podgpu.fields.catalog import Field
 from podgpu.model.device import Value
+
+if TYPE_CHECKING:
+    from podgpu.fields.catalog import Field
 
 ALL_LINKS = 0xFFFFFFFF
 CLOCK_REASONS_CALL = "nvmlDeviceGetCurrentClocksEventReasons"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podgpu.backends import derived
 from podgpu.backends.nvml_events import EventWatcher
@@ -25,9 +25,11 @@ from podgpu.backends.nvml_plan import (
     pick,
 )
 from podgpu.backends.nvml_state import GpuState
-from podgpu.fields.catalog import BY_NAME, Field
 from podgpu.model import GpuProcess, LabeledValue, Sample
 from podgpu.model.device import Value
+
+if TYPE_CHECKING:
+    from podgpu.fields.catalog import Field
 
 _SYSTEM_INFO = {"nvmlSystemGetDriverVersion": "driver_version",
                 "nvmlSystemGetNVMLVersion": "nvml_version"}
@@ -109,6 +111,8 @@ def read_instance(
     other value and labelled series (XID, health, clock events; not P2P) is the parent's, as
     DCGM reports GPU-level fields on GPU-instance entities. With `-d f` a MIG GPU has only its
     instances' series, so its temperature, power, XID and health alerts stay."""
+    from podgpu.fields.catalog import BY_NAME  # loaded beside the open, not before it (serve.py)
+
     acc = _Acc(lib, f"{gpu.name}/gi{inst.gi_id}")
     for name, value in parent.values.items():
         f = BY_NAME.get(name)

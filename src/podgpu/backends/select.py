@@ -31,12 +31,15 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from podgpu.backends.base import Backend, Reading
 from podgpu.errors import ConfigError
-from podgpu.fields.catalog import Field
 from podgpu.model import Device
 from podgpu.model.selection import DeviceSelection
+
+if TYPE_CHECKING:
+    from podgpu.fields.catalog import Field
 
 log = logging.getLogger("podgpu")
 
