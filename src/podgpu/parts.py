@@ -5,7 +5,6 @@ backend, the attributor, the web security and the EMF sink. podgpu.agent assembl
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
@@ -134,10 +133,12 @@ class OpenAhead:
         makes once for its backend and attributor)."""
         if settings.simulation is not None:
             return cls(None)
-        with contextlib.suppress(ImportError):  # open() says what is missing
+        from podgpu.backends import nvml_lib
+
+        with contextlib.suppress(BackendError):  # open() says what is missing
             # here, not on the open's thread, so that the binding's memory stays in the main
             # thread's malloc arena: 0.4-0.5 MiB more RSS otherwise (bench/RESULTS.md)
-            importlib.import_module("pynvml")
+            nvml_lib.load(None)
         return cls(make_backend(settings))
 
     def _open(self, backend: Backend) -> None:
