@@ -37,51 +37,74 @@ class Refused(Exception):
 
 
 class HelloGate:
-    """Holds a connection's first bytes until its ClientHello message is whole."""
+    """Holds a connection's first bytes until its ClientHello message is whole.
 
-    __slots__ = ("held",)
+    The records are read once each, as they become whole: a client that sends its ClientHello
+    in one-byte records, one record a read, costs work in proportion to the bytes it sent, not
+    to their square (re-reading the held bytes at every read took 27 s of CPU for 5,500 such
+    records)."""
+
+    __slots__ = ("_at", "_message", "held")
 
     def __init__(self) -> None:
-        self.held = b""
+        self.held = bytearray()
+        self._at = 0  # where the first record not yet read whole starts in `held`
+        self._message = bytearray()  # the handshake bytes of the records read whole
 
     def feed(self, data: bytes) -> bytes | None:
         """Every byte received so far once the ClientHello is whole (to go to OpenSSL), else
         None (held). Raises Refused on a record or message podgpu does not accept."""
-        held = self.held + data
-        self.held = held
-        if hello_complete(held):
-            self.held = b""
+        self.held += data
+        if self._complete():
+            held = bytes(self.held)
+            self.held = bytearray()
             return held
-        if len(held) > MAX_HELLO_BYTES:
+        if len(self.held) > MAX_HELLO_BYTES:
             raise Refused("ClientHello spread over too many records")
         return None
 
-
-def hello_complete(raw: bytes) -> bool:
-    """True when `raw` (a connection's first bytes) holds a whole ClientHello message; False
-    when more bytes are needed. Raises Refused when what is there is not acceptable."""
-    message = bytearray()
-    at = 0
-    while at + RECORD_HEADER <= len(raw):
-        kind, major = raw[at], raw[at + 1]
-        length = int.from_bytes(raw[at + 3:at + 5], "big")
-        if kind != _HANDSHAKE:
+    def _complete(self) -> bool:
+        raw, at = self.held, self._at
+        while at + RECORD_HEADER <= len(raw):
+            length = record_length(raw, at)
+            end = at + RECORD_HEADER + length
+            if end > len(raw):  # a record still arriving: does the message end in what is here?
+                start = at + RECORD_HEADER
+                return hello_whole(self._message, raw[start:start + 4], len(raw) - start)
+            self._message += raw[at + RECORD_HEADER:end]
+            at = self._at = end
+            if hello_whole(self._message, b"", 0):
+                return True
+        if at < len(raw) and raw[at] != _HANDSHAKE:
             raise Refused("not a TLS handshake record" if at == 0 else
                           "a record of another type inside the ClientHello")
-        if major != 3:
-            raise Refused("not a TLS record version")
-        if length == 0 or length > MAX_PLAINTEXT:
-            raise Refused(f"handshake record of {length} bytes")
-        message += raw[at + RECORD_HEADER:at + RECORD_HEADER + length]
-        at += RECORD_HEADER + length
-        if len(message) >= 4:
-            if message[0] != _CLIENT_HELLO:
-                raise Refused("the first handshake message is not a ClientHello")
-            size = int.from_bytes(message[1:4], "big")
-            if size > MAX_HELLO:
-                raise Refused(f"ClientHello of {size} bytes (at most {MAX_HELLO})")
-            if len(message) >= 4 + size:
-                return True
-    if at < len(raw) and raw[at] != _HANDSHAKE:
-        raise Refused("not a TLS handshake record")
-    return False
+        return False
+
+
+def record_length(raw: bytearray, at: int) -> int:
+    """The payload length of the record whose 5-byte header starts at `at`; Refused when the
+    header is not one of a handshake record podgpu accepts."""
+    if raw[at] != _HANDSHAKE:
+        raise Refused("not a TLS handshake record" if at == 0 else
+                      "a record of another type inside the ClientHello")
+    if raw[at + 1] != 3:
+        raise Refused("not a TLS record version")
+    length = int.from_bytes(raw[at + 3:at + 5], "big")
+    if length == 0 or length > MAX_PLAINTEXT:
+        raise Refused(f"handshake record of {length} bytes")
+    return length
+
+
+def hello_whole(message: bytearray, more_head: bytes | bytearray, more: int) -> bool:
+    """Whether the handshake bytes `message` and `more` bytes after them (beginning with
+    `more_head`, at least their first 4) hold a whole ClientHello; Refused when they begin with
+    another message or announce one over MAX_HELLO. Copies at most 4 bytes."""
+    if len(message) + more < 4:
+        return False
+    head = bytes(message[:4]) + bytes(more_head[:max(0, 4 - len(message))])
+    if head[0] != _CLIENT_HELLO:
+        raise Refused("the first handshake message is not a ClientHello")
+    size = int.from_bytes(head[1:4], "big")
+    if size > MAX_HELLO:
+        raise Refused(f"ClientHello of {size} bytes (at most {MAX_HELLO})")
+    return len(message) + more >= 4 + size
