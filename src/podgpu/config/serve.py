@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 from collections.abc import Mapping, Sequence
 
 from podgpu.config import compat
@@ -233,7 +232,7 @@ def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSet
     if sim["scenario"] and not sim["spec"]:
         raise ConfigError("--simulate-scenario needs --simulate N")
     simulation = SimulationSettings(**sim) if sim["spec"] else None  # type: ignore[arg-type]
-    hostname = node_name or socket.gethostname()
+    hostname = node_name or os.uname().nodename  # gethostname(2); socket loads later
     remote = r.values.get("compat.remote_hostengine_info")
     if remote and not kubernetes.enabled:  # dcgm-exporter: the remote host names the series
         hostname = compat.remote_hostname(str(remote))
