@@ -144,11 +144,12 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     2. `wire_publish` -> Publishing: the accountant, the listener's counters and the publisher
        that renders each snapshot; nothing runs yet.
     3. `wire_collect` -> CollectLoop: the collector and its loop, not started.
-    4. `start_collecting` -> Started: the EMF sink starts before the loop so the first cycle's
+    4. `wire_http` -> App: /health's parts and the routes, imported while GPM's first 0.1 s
+       passes (serve.py), not after the first cycle.
+    5. `start_collecting` -> Started: the EMF sink starts before the loop so the first cycle's
        snapshot is offered to it; one cycle runs before the port accepts, so the first /metrics
        is valid; then the loop's thread; the follower last, after the first cycle, so a list
        edit is only ever applied between two cycles.
-    5. `wire_http` -> App: /health's parts and the routes.
     6. `listen_until_stopped`: listen until SIGTERM/SIGINT or `agent.stop`; then stop the
        follower, the loop, and the EMF sink last (its final send holds the last cycle). A port
        that cannot be bound aborts the sink instead: a start that fails sends nothing.
@@ -157,8 +158,8 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     lists = wire_lists(agent)
     publishing = wire_publish(agent, lists)
     loop = wire_collect(agent, lists, publishing)
-    started = start_collecting(agent, lists, loop)
     app = wire_http(agent, lists, publishing)
+    started = start_collecting(agent, lists, loop)
     return listen_until_stopped(agent, started, app, publishing.stats, ready)
 
 
