@@ -5,6 +5,7 @@ the modules the table names and by no other module of src/podgpu (a plain import
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -28,11 +29,17 @@ def imported_names(source: str) -> set[str]:
     return names
 
 
+@functools.cache
+def imports_by_module() -> dict[str, set[str]]:
+    """Each module of src/podgpu (its path below it) and what it imports: parsed once."""
+    return {str(path.relative_to(SRC)): imported_names(path.read_text(encoding="utf-8"))
+            for path in SRC.rglob("*.py")}
+
+
 def importers(library: str) -> set[str]:
     """The modules of src/podgpu (paths below it) that import `library` or one of its modules."""
-    return {str(path.relative_to(SRC)) for path in SRC.rglob("*.py")
-            if any(n == library or n.startswith(library + ".")
-                   for n in imported_names(path.read_text(encoding="utf-8")))}
+    return {module for module, names in imports_by_module().items()
+            if any(n == library or n.startswith(library + ".") for n in names)}
 
 
 def peer_rows(design: str) -> list[tuple[str, set[str], set[str]]]:
