@@ -30,11 +30,11 @@ from podgpu.backends.lost import HUNG_CODE, lost_sample, with_instances
 from podgpu.backends.nvml_events import EventWatcher
 from podgpu.backends.nvml_gpu import CycleJob, GpuResult, GpuRunner, GpuView
 from podgpu.backends.nvml_lib import Lib, text
-from podgpu.backends.nvml_plan import Plan, build_plan
 from podgpu.errors import BackendError
 from podgpu.model import Device, GpuProcess, Sample
 
 if TYPE_CHECKING:
+    from podgpu.backends.nvml_plan import Plan
     from podgpu.fields.catalog import Field
 
 log = logging.getLogger("podgpu.backends.nvml")
@@ -277,6 +277,8 @@ class NvmlBackend:
         key = tuple(f.name for f in fields)
         plan = self._plans.get(key)
         if plan is None:
+            from podgpu.backends.nvml_plan import build_plan  # loaded beside the open
+
             plan = build_plan(lib, fields)
             self._plans[key] = plan
             self._unknown.update(plan.unknown)

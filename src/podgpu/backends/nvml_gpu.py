@@ -23,13 +23,12 @@ from podgpu.backends.nvml_events import EventWatcher
 from podgpu.backends.nvml_gpm import GpmStream, gpm_support
 from podgpu.backends.nvml_lib import GPU_IS_LOST, Lib, text
 from podgpu.backends.nvml_mig import enumerate_instances
-from podgpu.backends.nvml_plan import Plan
-from podgpu.backends.nvml_read import read_gpu, read_instance, read_processes
 from podgpu.backends.nvml_state import GpuState
 from podgpu.model import Device, GpuProcess, Sample
 from podgpu.model.device import Value
 
 if TYPE_CHECKING:
+    from podgpu.backends.nvml_plan import Plan
     from podgpu.fields.catalog import Field
 
 log = logging.getLogger("podgpu.backends.nvml")
@@ -114,6 +113,9 @@ class GpuRunner:
         return GpuResult(lost=g.lost, view=self.view())
 
     def cycle(self, job: CycleJob) -> GpuResult:
+        # the reading modules load beside the open (serve.py), not before it
+        from podgpu.backends.nvml_read import read_gpu, read_instance, read_processes
+
         g, lib = self._gpu, self._lib
         try:
             if g.lost is not None and not self._come_back(job.events):
