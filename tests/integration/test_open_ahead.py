@@ -72,3 +72,20 @@ def test_nvml_failing_without_the_wait_still_exits_1() -> None:
     done = serve("-c", "1000", "--wait-for-driver", "never", answers_in=3600)
     assert done.returncode == 1, done.stderr
     assert "libnvidia-ml.so.1" in done.stderr.splitlines()[-1], done.stderr
+
+
+def test_the_open_waits_for_no_agent_catalog_or_listener(tmp_path: Path) -> None:
+    """What is imported before NVML's open starts is on the path to the first /metrics; the
+    agent, the field catalog, the NVML reading modules, the renderers and the listener load
+    beside it (the backend modules the open runs are the exception: they load just after)."""
+    record = tmp_path / "modules"
+    path = os.pathsep.join([str(ROOT / "tests" / "integration" / "nvml_records"), str(ROOT),
+                            *filter(None, [os.environ.get("PYTHONPATH")])])
+    with Serve(["-c", "1000", "--wait-for-driver", "never"],
+               env={"PYTHONPATH": path, "PODGPU_TEST_NVML_MODULES_TO": str(record)}):
+        before_init = set(record.read_text().split())
+    assert {"podgpu.config", "podgpu.parts"} <= before_init  # the flags were parsed by then
+    later = {"podgpu.agent", "podgpu.fields.catalog", "podgpu.fields.metriclist",
+             "podgpu.backends.nvml_plan", "podgpu.backends.nvml_read", "podgpu.sinks.prometheus",
+             "podgpu.http.server", "asyncio", "h11", "socket"}
+    assert sorted(later & before_init) == []
