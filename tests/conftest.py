@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -119,7 +120,9 @@ def agent() -> Iterator[type[InProcessAgent]]:
 
 
 class ServeProcess:
-    """`python -m podgpu serve ...` on a free loopback port, stopped with SIGTERM."""
+    """`python -m podgpu serve ...` on a free loopback port, stopped with SIGTERM. Its stdout is
+    drained and its stderr kept line by line on their own threads, so a test can wait for a log
+    line (`wait_log`) while the process runs."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
@@ -129,11 +132,27 @@ class ServeProcess:
             [sys.executable, "-m", "podgpu", "serve", "--address", f"127.0.0.1:{self.port}", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, text=True,
         )
+        self.lines: list[str] = []  # stderr so far
+        out, err = self.proc.stdout, self.proc.stderr
+        assert out is not None and err is not None
+        self._readers = [
+            threading.Thread(target=lambda: collections.deque(out, maxlen=0), daemon=True),
+            threading.Thread(target=lambda: self.lines.extend(err), daemon=True)]
+        for t in self._readers:
+            t.start()
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+    def wait_log(self, text: str, *, count: int = 1, timeout: float = 10.0) -> None:
+        """Until stderr holds `text` `count` times (an AssertionError naming it otherwise)."""
+        wait_for(lambda: self.stderr.count(text) >= count, timeout, f"{text!r} in the log")
 
     def wait_ready(self, timeout: float = 10.0) -> None:
         def serving() -> bool:
             if self.proc.poll() is not None:
-                raise AssertionError(f"podgpu exited {self.proc.returncode}: {self.proc.communicate()[1]}")
+                raise AssertionError(f"podgpu exited {self.proc.returncode}: {self.stderr}")
             try:
                 return http_get(self.url + "/metrics", timeout=1)[0] == 200
             except OSError:
@@ -144,15 +163,21 @@ class ServeProcess:
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
         return http_get(self.url + path, headers)
 
+    def wait_exit(self, timeout: float) -> tuple[int, str]:
+        """The exit status and all of stderr once the process has ended by itself."""
+        self.proc.wait(timeout)
+        for t in self._readers:
+            t.join(10)
+        return self.proc.returncode, self.stderr
+
     def stop(self) -> tuple[int, str]:
         if self.proc.poll() is None:
             self.proc.terminate()
         try:
-            _, err = self.proc.communicate(timeout=10)
+            return self.wait_exit(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-        return self.proc.returncode, err
+            return self.wait_exit(30)
 
 
 @pytest.fixture

@@ -14,15 +14,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
+import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, http_get, wait_for
 from tests.hostile_peers import HostilePeers, gzip_bomb
 
 pytestmark = pytest.mark.integration
@@ -33,11 +30,8 @@ RSS_LIMIT_MIB = 150
 
 
 def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    status, _, body = http_get(url)
+    return status, body.decode()
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -75,21 +69,23 @@ def test_bridge_against_hostile_targets_beside_a_good_one() -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "NODE_NAME": "hostile-node"})
     base = f"http://127.0.0.1:{port}"
+    assert proc.stderr is not None
+    err_lines: list[str] = []
+    reader = threading.Thread(target=lambda: err_lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
     try:
-        deadline = time.monotonic() + 20
-        health: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+        def six_good_scrapes() -> bool:
+            assert proc.poll() is None, "".join(err_lines)
             try:
-                _, body = get(f"{base}/health")
-                health = json.loads(body)
-                if scrapes(get(f"{base}/metrics")[1], good, "ok") >= 6:
-                    break
-            except (OSError, AssertionError, ValueError):
-                pass
-            time.sleep(0.5)
+                return scrapes(get(f"{base}/metrics")[1], good, "ok") >= 6
+            except (OSError, AssertionError):
+                return False
+
+        wait_for(six_good_scrapes, timeout=30, what="six good scrapes", interval=0.5)
         os.kill(proc.pid, signal.SIGHUP)  # must not kill it (nothing to reload)
-        time.sleep(1.5)
+        # the reload it starts is logged; the bridge is still running after it
+        wait_for(lambda: any("SIGHUP received" in line for line in err_lines), timeout=10,
+                 what="the SIGHUP logged")
         assert proc.poll() is None, "SIGHUP killed the bridge"
         status, body = get(f"{base}/health")
         health = json.loads(body)
@@ -97,7 +93,8 @@ def test_bridge_against_hostile_targets_beside_a_good_one() -> None:
         rss = peak_rss_mib(proc.pid)
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(20)  # a deadline for a hang: no scrape in flight holds the shutdown
-        stderr = proc.stderr.read()  # type: ignore[union-attr]
+        reader.join(10)
+        stderr = "".join(err_lines)
     finally:
         if proc.poll() is None:
             proc.kill()

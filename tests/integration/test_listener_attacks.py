@@ -10,7 +10,7 @@ import socket
 import time
 from pathlib import Path
 
-from tests.conftest import ServeProcess
+from tests.conftest import ServeProcess, http_get, wait_for
 from tests.harness import unverified_tls
 from tests.support.listener_attacks import run_attack, tls_config
 
@@ -41,19 +41,21 @@ def test_tls_connections_count_against_the_cap_before_their_handshake(tmp_path: 
     p = ServeProcess("--simulate", "1", "--web-config-file", str(config),
                      "--http-max-connections", "64", "--http-request-timeout", "30")
     try:
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", p.port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        p.wait_log("listening on", timeout=30)
         base = len(list(Path(f"/proc/{p.proc.pid}/fd").iterdir()))
         silent = [socket.create_connection(("127.0.0.1", p.port)) for _ in range(400)]
-        time.sleep(1.0)
+        ctx = unverified_tls()
+
+        def evicted() -> float:
+            body = http_get(f"https://127.0.0.1:{p.port}/metrics", context=ctx)[2].decode()
+            return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+                       if line.startswith('podgpu_http_connections_closed_total{reason="evicted"}'))
+
+        # every silent connect has been accepted: all but the cap's worth were evicted
+        wait_for(lambda: evicted() >= 400 - 64, timeout=30, what="the silent connects evicted",
+                 interval=0.2)
         fds = len(list(Path(f"/proc/{p.proc.pid}/fd").iterdir()))
         assert fds <= base + 64 + 8, fds  # not one descriptor per silent connect
-        ctx = unverified_tls()
         for _ in range(5):  # a scraper still gets in: the oldest silent ones make room
             with socket.create_connection(("127.0.0.1", p.port), timeout=5) as raw, \
                     ctx.wrap_socket(raw) as s:

@@ -28,7 +28,7 @@ def test_a_sighup_storm_then_a_sigterm_storm_end_cleanly() -> None:
             os.kill(serve.proc.pid, signal.SIGTERM)
         except ProcessLookupError:  # it stopped part-way through the storm
             break
-    _, err = serve.proc.communicate(timeout=60)
+    _, err = serve.wait_exit(60)
     # 0, or the default action of a SIGTERM that arrived once the stop was done and the
     # interpreter was exiting (it restores the default action of Python-level handlers then)
     assert serve.proc.returncode in (0, -signal.SIGTERM), err

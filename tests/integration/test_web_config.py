@@ -16,14 +16,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import bcrypt
 import pytest
 
-from tests.conftest import ServeProcess
+from tests.conftest import ServeProcess, wait_for
 from tests.integration.prometheus_peer import Prometheus
 from tests.tlsutil import Pki, serial_of
 
@@ -88,23 +87,14 @@ def start(serve: Any, setup: Setup, *args: str, env: dict[str, str] | None = Non
     extra = ("--web-config-file", str(setup.config)) if flag else ()
     p: ServeProcess = serve("--simulate", "2", "-c", "200", "--simulate-scenario", "none",
                             *extra, *args, env=env)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+
+    def answers_over_tls() -> bool:
         if p.proc.poll() is not None:
-            raise AssertionError(f"podgpu exited {p.proc.returncode}: {p.proc.stderr.read()}")  # type: ignore[union-attr]
-        if setup.curl(f"https://localhost:{p.port}/health")[1] == "200":
-            return p
-        time.sleep(0.1)
-    raise AssertionError("podgpu did not answer over TLS")
+            raise AssertionError(f"podgpu exited {p.proc.returncode}: {p.stderr}")
+        return setup.curl(f"https://localhost:{p.port}/health")[1] == "200"
 
-
-def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
+    wait_for(answers_over_tls, timeout=15, what="podgpu to answer over TLS", interval=0.1)
+    return p
 
 
 def test_real_clients_over_mutual_tls_with_basic_auth(serve: Any, tmp_path: Path) -> None:
@@ -160,11 +150,11 @@ def test_rotation_password_change_and_a_bad_edit_while_running(serve: Any, tmp_p
     assert s.served_serial(p.port) == s.server.serial
     # rotate the server certificate in place: new connections see it, no restart
     rotated = s.pki.leaf("server", server=True)
-    until(lambda: s.served_serial(p.port) == rotated.serial)
+    wait_for(lambda: s.served_serial(p.port) == rotated.serial)
     assert s.curl(url + "/metrics")[1] == "200"
     # change the password: the old one stops working, the new one works
     s.write(password="n3w-password")
-    until(lambda: s.curl(url + "/metrics", auth="n3w-password")[1] == "200")
+    wait_for(lambda: s.curl(url + "/metrics", auth="n3w-password")[1] == "200")
     assert s.curl(url + "/metrics")[1] == "401"
     # a bad edit: the last good config keeps serving; the log and /health say why
     s.write(password="n3w-password", extra="  client_auth_typo: x\n")
@@ -172,7 +162,7 @@ def test_rotation_password_change_and_a_bad_edit_while_running(serve: Any, tmp_p
     def health() -> dict[str, Any]:
         return dict(json.loads(s.curl(url + "/health", auth=None)[2])["web_config"])
 
-    until(lambda: health()["status"] == "reload failed")
+    wait_for(lambda: health()["status"] == "reload failed")
     h = health()
     assert "tls_server_config.client_auth_typo: unknown key" in h["error"]
     assert h["generation"] == 3 and h["failed_reloads"] >= 1
@@ -181,17 +171,17 @@ def test_rotation_password_change_and_a_bad_edit_while_running(serve: Any, tmp_p
     assert s.curl(url + "/metrics", client=False)[0] != 0  # still mutual TLS
     # a certificate that does not match its key is a bad edit too
     s.write(password="n3w-password")
-    until(lambda: health()["status"] == "ok")
+    wait_for(lambda: health()["status"] == "ok")
     (tmp_path / "pki" / "server.key").write_text((tmp_path / "pki" / "intruder.key").read_text())
-    until(lambda: health()["status"] == "reload failed")
+    wait_for(lambda: health()["status"] == "reload failed")
     assert "cannot be used together" in health()["error"]
     assert s.served_serial(p.port) == rotated.serial
     fixed = s.pki.leaf("server", server=True)
-    until(lambda: health()["status"] == "ok")
+    wait_for(lambda: health()["status"] == "ok")
     assert s.served_serial(p.port) == fixed.serial
     # turning TLS off is refused while running (it would need a new socket)
     s.config.write_text(f"basic_auth_users:\n  prometheus: '{bhash(PASSWORD)}'\n")
-    until(lambda: health()["status"] == "reload failed")
+    wait_for(lambda: health()["status"] == "reload failed")
     assert "needs a restart" in health()["error"]
     assert p.proc.pid == pid and p.proc.poll() is None
     code, err = p.stop()
@@ -233,11 +223,11 @@ def test_sighup_reloads_the_metric_list_and_never_kills(serve: Any, tmp_path: Pa
     counters.write_text("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n"
                         "DCGM_FI_DEV_POWER_USAGE, gauge, power\n")
     p.proc.send_signal(signal.SIGHUP)
-    until(lambda: b"DCGM_FI_DEV_POWER_USAGE{" in p.get("/metrics")[2])
+    wait_for(lambda: b"DCGM_FI_DEV_POWER_USAGE{" in p.get("/metrics")[2])
     # a bad list is refused; the list in use stays
     counters.write_text("DCGM_FI_NOT_A_FIELD, gauge, nope\n")
     p.proc.send_signal(signal.SIGHUP)
-    time.sleep(1.0)
+    p.wait_log("metric list not reloaded")  # the refusal is logged: then nothing else changed
     body = p.get("/metrics")[2]
     assert b"DCGM_FI_DEV_POWER_USAGE{" in body and p.proc.poll() is None
     code, err = p.stop()
@@ -278,7 +268,7 @@ def test_real_prometheus_scrapes_over_mutual_tls_with_basic_auth(serve: Any, tmp
             return len(health) == 4 and all(t["health"] != "unknown" for t in health.values()) \
                 and health["good"]["health"] == "up"
 
-        until(scraped, 30)
+        wait_for(scraped, 30)
         assert health["good"]["lastError"] == ""
         assert health["wrong-password"]["health"] == "down"
         assert "401" in health["wrong-password"]["lastError"]
@@ -290,9 +280,9 @@ def test_real_prometheus_scrapes_over_mutual_tls_with_basic_auth(serve: Any, tmp
         assert sorted(r["metric"]["gpu"] for r in result) == ["0", "1"]
         # rotate the server certificate while Prometheus scrapes: scrapes keep succeeding
         rotated = s.pki.leaf("server", server=True)
-        until(lambda: s.served_serial(p.port) == rotated.serial)
+        wait_for(lambda: s.served_serial(p.port) == rotated.serial)
         before = time.time()
-        until(lambda: any(t["labels"]["job"] == "good" and t["health"] == "up"
+        wait_for(lambda: any(t["labels"]["job"] == "good" and t["health"] == "up"
                           and t["lastScrape"] > time.strftime("%Y-%m-%dT%H:%M:%S",
                                                               time.gmtime(before + 1))
                           for t in prom.api("targets")["activeTargets"]), 15)

@@ -350,7 +350,11 @@ class Connection(asyncio.BufferedProtocol):
             if self._eof or t is None:
                 self.close()
                 return
-            t.write_eof()  # FIN after the answer; the peer's bytes are read and dropped
+            try:
+                t.write_eof()  # FIN after the answer; the peer's bytes are read and dropped
+            except OSError:  # the peer is already gone (ENOTCONN): nothing to linger for
+                self.close()
+                return
             self._resume_reading()
             return
         conn = self._h11

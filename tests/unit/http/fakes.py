@@ -90,6 +90,7 @@ class FakeTransport(asyncio.Transport):
         self.closed = False
         self.aborted = False
         self.eof_written = False
+        self.gone = False  # the peer has closed: shutting our side down fails (ENOTCONN)
         self._writing_paused = False
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -134,6 +135,8 @@ class FakeTransport(asyncio.Transport):
         return self.reading
 
     def write_eof(self) -> None:
+        if self.gone:
+            raise OSError(107, "Transport endpoint is not connected")
         self.eof_written = True
 
     def close(self) -> None:

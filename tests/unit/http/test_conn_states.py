@@ -203,6 +203,16 @@ def test_a_peer_that_does_not_close_after_the_last_answer_is_reset_after_the_lin
     assert t.aborted
 
 
+def test_a_peer_already_gone_after_the_last_answer_is_closed_without_an_error() -> None:
+    """The socket's shutdown after a last answer fails with ENOTCONN when the peer has closed
+    first (a client that read its answer and left): the connection just closes."""
+    conn, t, _, _, _ = connection()
+    t.gone = True
+    send(conn, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert answers(bytes(t.sent))[0][0] == b"HTTP/1.1 200 OK"
+    assert t.closed and not t.eof_written and conn.state is State.CLOSED
+
+
 def test_a_request_with_a_body_is_answered_at_once_and_its_body_dropped_up_to_a_bound() -> None:
     conn, t, _, _, _ = connection()
     send(conn, b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n"
