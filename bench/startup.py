@@ -31,6 +31,7 @@ import gzip
 import http.client
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,8 @@ from tests.harness import free_port
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_NVML = False
 """--fake-nvml: podgpu's NVML backend over bench/slow_nvml/pynvml.py."""
+PODGPU_ARGS: list[str] = []
+"""--podgpu-args, split."""
 SERIES = {"podgpu": b"DCGM_FI_DEV_GPU_UTIL{", "nvitop": b"gpu_utilization_Percentage"}
 
 
@@ -73,10 +76,11 @@ def command(kind: str, port: int, simulate: bool, modules: bool) -> list[str]:
         return [*python, "-m", "nvitop_exporter", "--bind-address", "127.0.0.1", "--port",
                 str(port), "--interval", "1.0"]
     return [*python, "-m", "podgpu", "serve", "-a", f"127.0.0.1:{port}", "-c", "1000",
-            *(["--simulate", "1", "--simulate-scenario", "none"] if simulate else [])]
+            *(["--simulate", "1", "--simulate-scenario", "none"] if simulate else []),
+            *PODGPU_ARGS]
 
 
-def first_metrics(port: int, want: bytes, proc: subprocess.Popen[bytes], t0: float) -> float:
+def first_metrics(port: int, want: bytes, proc: subprocess.Popen[Any], t0: float) -> float:
     while time.perf_counter() - t0 < 30 and proc.poll() is None:
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
@@ -196,9 +200,13 @@ def main() -> int:
     ap.add_argument("--breakdown", action="store_true", help="one more podgpu start, split")
     ap.add_argument("--fake-nvml", action="store_true",
                     help="no GPU: podgpu over bench/slow_nvml's fake NVML, no nvitop")
+    ap.add_argument("--podgpu-args", default="",
+                    help="more arguments for every podgpu start (one string, split as a shell "
+                         "would), e.g. \"-f list.csv\"")
     a = ap.parse_args()
-    global FAKE_NVML
+    global FAKE_NVML, PODGPU_ARGS
     FAKE_NVML = a.fake_nvml
+    PODGPU_ARGS = shlex.split(a.podgpu_args)
     kinds: list[tuple[str, Path | None]] = [("podgpu", a.src.resolve())]
     if a.before_src:
         kinds.append(("podgpu-before", a.before_src.resolve()))
