@@ -8,28 +8,21 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
-import http.client
 import socket
 import ssl
-import time
 from pathlib import Path
 
 import bcrypt
 
-from tests.conftest import ServeProcess
+from tests.conftest import ServeProcess, http_get, wait_for
 from tests.tlsutil import Pki
 
 
 def _get(port: int, path: str, ctx: ssl.SSLContext | None = None,
          headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    conn = (http.client.HTTPSConnection("localhost", port, context=ctx, timeout=10) if ctx
-            else http.client.HTTPConnection("127.0.0.1", port, timeout=10))
-    try:
-        conn.request("GET", path, headers=headers or {})
-        r = conn.getresponse()
-        return r.status, dict(r.getheaders()), r.read()
-    finally:
-        conn.close()
+    """GET over TLS to localhost (the certificate's name) when `ctx`, else plain HTTP."""
+    base = f"https://localhost:{port}" if ctx else f"http://127.0.0.1:{port}"
+    return http_get(base + path, headers, timeout=10, context=ctx)
 
 
 def test_metrics_over_plain_http_identity_and_gzip(serve: type[ServeProcess]) -> None:
@@ -56,17 +49,15 @@ def test_metrics_over_mutual_tls_with_basic_auth(serve: type[ServeProcess], tmp_
     ctx = ssl.create_default_context(cafile=str(pki.ca))
     ctx.load_cert_chain(str(client.cert), str(client.key))
     auth = {"Authorization": "Basic " + base64.b64encode(b"prom:pw").decode()}
-    deadline = time.monotonic() + 20
-    status = 0
-    while time.monotonic() < deadline:
+    def scraped() -> bytes:
         try:
             status, _, body = _get(p.port, "/metrics", ctx, auth)
-            if status == 200:
-                break
         except OSError:
-            pass
-        time.sleep(0.1)
-    assert status == 200 and b"DCGM_FI_DEV_GPU_UTIL{" in body
+            return b""
+        return body if status == 200 else b""
+
+    body = wait_for(scraped, timeout=20, what="/metrics over mutual TLS", interval=0.1)
+    assert b"DCGM_FI_DEV_GPU_UTIL{" in body
     assert _get(p.port, "/metrics", ctx)[0] == 401
     assert _get(p.port, "/health", ctx)[0] == 200
 

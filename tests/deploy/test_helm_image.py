@@ -17,14 +17,13 @@ import base64
 import json
 import re
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import FIXTURES, free_port
+from tests.conftest import FIXTURES, free_port, wait_for
 from tests.deploy.contract import NODE_NAME, prepare
 from tests.deploy.helmchart import chart
 from tests.deploy.podman import IMAGE, image_present, podman
@@ -90,18 +89,17 @@ def run_pod(objs: list[dict[str, Any]], work: Path, sock: Path, api: KubeApi) ->
 
 
 def wait_for_pod_label(name: str, get: Any) -> str:
-    deadline = time.monotonic() + 60
-    body = ""
-    while time.monotonic() < deadline:
+    def labelled() -> str:
         status, body = get()
         if status == 200 and any(
                 s.labels.get("pod") == "train" for fam in text_string_to_metric_families(body)
                 for s in fam.samples if s.name == "DCGM_FI_DEV_GPU_UTIL"):
-            return body
+            return str(body)
         running = podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip()
         assert running == "true", podman("logs", name).stderr[-3000:]
-        time.sleep(0.3)
-    raise AssertionError(f"no DCGM_FI_DEV_GPU_UTIL with pod=train within 60 s: {body[-2000:]}")
+        return ""
+
+    return wait_for(labelled, timeout=60, what="DCGM_FI_DEV_GPU_UTIL with pod=train", interval=0.3)
 
 
 def series(body: str, name: str) -> list[dict[str, str]]:

@@ -16,8 +16,6 @@ token) against the real gRPC kubelet stand-in on a root-owned socket, adding onl
 from __future__ import annotations
 
 import json
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from tests.conftest import free_port
+from tests.conftest import free_port, http_get, wait_for
 from tests.deploy.podman import IMAGE, image_present, podman
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path
 
@@ -72,19 +70,19 @@ def swap(sock: Path, user: str | None) -> tuple[dict[str, object], str, str]:
              "serve", "--simulate", "4", "--simulate-scenario", "none"]
     podman(*args)
     try:
-        deadline = time.monotonic() + 60
         health: dict[str, object] = {}
-        while time.monotonic() < deadline:
+
+        def three_cycles() -> bool:
+            nonlocal health
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=3) as r:
-                    health = json.loads(r.read())
-                if health.get("cycle", 0) >= 3:  # type: ignore[operator]
-                    break
+                status, _, body = http_get(f"http://127.0.0.1:{port}/health", timeout=3)
             except OSError:
-                pass
-            time.sleep(0.3)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            metrics = r.read().decode()
+                return False
+            health = json.loads(body) if status == 200 else {}
+            return bool(health.get("cycle", 0) >= 3)  # type: ignore[operator]
+
+        wait_for(three_cycles, timeout=60, what="three collect cycles in /health", interval=0.3)
+        metrics = http_get(f"http://127.0.0.1:{port}/metrics")[2].decode()
         log = podman("logs", name).stderr + podman("logs", name).stdout
         return health, metrics, log
     finally:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 import yaml
 
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_for
 from tests.deploy.render import ROOT, one, render
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod
 from tests.integration.prometheus_peer import Prometheus
@@ -140,14 +139,12 @@ def test_servicemonitor_keeps_the_workloads_pod_label(tmp_path: Path, serve: Any
             res = prom.api("query", query=f'DCGM_FI_DEV_GPU_UTIL{{job="{job}"}}')["result"]
             return {r["metric"]["UUID"]: r["metric"] for r in res}
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        def every_job_scraped() -> dict[str, dict[str, dict[str, str]]] | None:
             got = {j: util(j) for j in ("servicemonitor", "control", "gpu-metrics")}
-            if all(len(v) == 2 for v in got.values()):
-                break
-            time.sleep(0.3)
-        else:
-            raise AssertionError(f"Prometheus did not scrape every job: {got}")
+            return got if all(len(v) == 2 for v in got.values()) else None
+
+        got = wait_for(every_job_scraped, timeout=30, what="Prometheus scraping every job",
+                       interval=0.3)
         for job in ("servicemonitor", "gpu-metrics"):
             busy, idle = got[job][U[0]], got[job][U[1]]
             assert (busy["pod"], busy["namespace"], busy["container"]) == ("train", "ml", "main")

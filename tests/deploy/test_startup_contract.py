@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from podgpu.http.ready import FIRST_COLLECTION
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from tests.conftest import FIXTURES, free_port
+from tests.conftest import FIXTURES, free_port, wait_for
 from tests.deploy.contract import NODE_NAME, Launch, map_path, prepare
 from tests.deploy.render import OVERLAYS, ROOT, configured, container, render
 from tests.deploy.standins import (
@@ -86,18 +86,15 @@ def series(body: bytes, name: str) -> list[dict[str, str]]:
 
 
 def wait_until(cond: Any, proc: subprocess.Popen[str], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def holds() -> Any:
         if proc.poll() is not None:
             raise AssertionError(f"podgpu exited {proc.returncode}: {proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
         try:
-            got = cond()
+            return cond()
         except OSError:
-            got = None
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s: {what}")
+            return None
+
+    return wait_for(holds, timeout, what, interval=0.1)
 
 
 def web_config(launch: Launch, work: Path) -> None:
