@@ -17,7 +17,7 @@ from tests.support.listener_attacks import run_attack, tls_config
 
 def test_silent_tls_connects_are_counted_timed_and_cheap() -> None:
     res = run_attack("tls-silent", conns=300, duration=8.0, scrapers_n=5, request_timeout=2.0,
-                     gpus=2, max_rss_growth_mib=20.0)
+                     gpus=2, max_rss_growth_mib=20.0, settle=0)
     assert res.failed == 0, res.failures
     assert res.scrapes >= 5 * 5  # the scrapers ran
     assert res.attack_closed_by_server >= 300  # every first wave was closed by the deadline
@@ -28,7 +28,7 @@ def test_silent_tls_connects_are_counted_timed_and_cheap() -> None:
 
 def test_pipelining_clients_that_never_read_are_closed() -> None:
     res = run_attack("pipeline", conns=400, duration=8.0, scrapers_n=5, request_timeout=2.0,
-                     gpus=2, max_rss_growth_mib=20.0)
+                     gpus=2, max_rss_growth_mib=20.0, settle=0)
     assert res.failed == 0, res.failures
     assert res.attack_closed_by_server >= 400, res  # before: none closed
     assert res.attack_lifetime_s_max <= 2.0 + 5.0, res
@@ -118,7 +118,7 @@ def test_the_memory_budget_holds_under_each_shape_and_all_at_once() -> None:
 
     for shape in ("hello-big", "mix"):
         res = run_shape(shape, conns=300, duration=6.0, tls=True, gpus=8,
-                        max_rss_growth_mib=20.0)
+                        max_rss_growth_mib=20.0, settle=0)
         assert res.failed == 0 and res.scrapes >= 5, res.failures
         assert res.attack_closed_by_server >= 300, res  # the budget or the gate closed them
         assert res.rss_mib_growth <= 20.0, res

@@ -174,7 +174,9 @@ def cpu_seconds(pid: int) -> float:
 
 def run_shape(shape: str, *, conns: int, duration: float, tls: bool, gpus: int = 64,
               sources: int = 250, max_rss_growth_mib: float = 40.0,
-              src: Path = ROOT / "src") -> ShapeResult:
+              src: Path = ROOT / "src", settle: float = 5.0) -> ShapeResult:
+    """One shape (or the mix) against `podgpu serve`; `rss_mib_after` is read `settle` seconds
+    after the attack ends (0: not read, for callers that do not look at it)."""
     tmp = Path(tempfile.mkdtemp(prefix="podgpu-shapes-"))
     args = ["--simulate", f"{gpus}xH100", "-c", "1000"]
     if tls:
@@ -209,8 +211,9 @@ def run_shape(shape: str, *, conns: int, duration: float, tls: bool, gpus: int =
         res.cpu_s = round(cpu_seconds(agent.pid) - cpu0, 1)
         stop.set()
         sampler.join()
-        time.sleep(5.0)
-        res.rss_mib_after = round(rss_fds(agent.pid)[0], 1)
+        if settle:
+            time.sleep(settle)  # the attack's connections are closed: is the memory given back?
+            res.rss_mib_after = round(rss_fds(agent.pid)[0], 1)
         got = json.loads(out)
         res.attack_opened, res.attack_closed_by_server = got["opened"], got["closed"]
         res.scrape_ms_p50, res.scrape_ms_p99 = pct(lat, 0.5), pct(lat, 0.99)
