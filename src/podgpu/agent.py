@@ -351,10 +351,13 @@ def wire_http(agent: Agent, lists: Lists, publishing: Publishing) -> App:
                               strict=strict)
         for name, status_of in sinks.items():  # reported, never a 503
             body[name] = status_of()
-        if hpc is not None and hpc.cut:  # series were cut: a warning, never a 503
-            body["warnings"].append(f"hpc_job_mapping: {body['hpc_job_mapping']['status']}")
-            if body["status"] == "ok":
-                body["status"] = "degraded"
+        # series were cut, or the pod watch is blind: a warning and "degraded", never a 503
+        cut = hpc is not None and hpc.cut
+        warn = [f"hpc_job_mapping: {body['hpc_job_mapping']['status']}"] if cut else []
+        watch = str(body.get("pod_watch", {}).get("status", "ok"))
+        warn += [f"pod_watch: {watch}"] if watch.startswith(("failing", "unavailable")) else []
+        body["warnings"] += warn
+        body["status"] = "degraded" if warn and body["status"] == "ok" else body["status"]
         return status, body
 
     # readiness: /health, or 503 while the NVIDIA driver is awaited (http/ready.py)

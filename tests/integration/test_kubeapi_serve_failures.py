@@ -56,10 +56,11 @@ def test_an_api_failure_is_said_in_health_without_a_traceback(tmp_path: Path, ho
                 health = json.loads(body)
                 found = {"pod_watch": health.get("pod_watch", {}),
                          **health.get("emf", {}).get("container_insights", {})}
-                return found if status == 200 and all(
-                    e.get("errors", 0) >= 1 for e in found.values()) else None
+                return ({**found, "_top": health} if status == 200 and all(
+                    e.get("errors", 0) >= 1 for e in found.values()) else None)
 
             found = wait_for(callers, 30, "the three API callers' failures in /health")
+            top = found.pop("_top")
         finally:
             proc.terminate()
             proc.wait(10)
@@ -68,5 +69,8 @@ def test_an_api_failure_is_said_in_health_without_a_traceback(tmp_path: Path, ho
     assert set(found) == {"pod_watch", "services", "node"}, found
     for entry in found.values():
         assert entry["status"].startswith(f"failing: {why}"), found
+    # a blind pod watch makes the node "degraded" (200, never a restart) and says why
+    assert top["status"] == "degraded", top
+    assert any(w.startswith(f"pod_watch: failing: {why}") for w in top["warnings"]), top
     assert "Traceback" not in stderr, stderr
     assert stderr.count(why) == 3, stderr  # one line per caller, however often it failed
