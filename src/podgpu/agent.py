@@ -329,7 +329,7 @@ def start_collecting(agent: Agent, lists: Lists, loop: CollectLoop) -> Started:
 def wire_http(agent: Agent, lists: Lists, publishing: Publishing) -> App:
     """/metrics, /health (with each part's entry), readiness, the page."""
     from podgpu.backends.driverwait import DriverWait
-    from podgpu.http.health import health
+    from podgpu.http.health import health, watch_warnings
     from podgpu.http.ready import driver_waiting, readiness
     from podgpu.http.server import landing, make_app
 
@@ -342,20 +342,18 @@ def wire_http(agent: Agent, lists: Lists, publishing: Publishing) -> App:
         sinks["web_config"] = security.health
     if hpc is not None:
         sinks["hpc_job_mapping"] = hpc.health
-    pod_watch = getattr(agent.attributor, "pod_watch_health", None)  # KubeletAttributor's
-    if pod_watch is not None:
-        sinks["pod_watch"] = pod_watch
+    if agent.attributor is not None:
+        sinks.update(agent.attributor.health_parts())
 
     def health_of(strict: bool) -> tuple[int, dict[str, Any]]:
         status, body = health(publisher.current, time.time(), interval, backend.name,
                               strict=strict)
         for name, status_of in sinks.items():  # reported, never a 503
             body[name] = status_of()
-        # series were cut, or the pod watch is blind: a warning and "degraded", never a 503
+        # series were cut, or an API caller is blind: a warning and "degraded", never a 503
         cut = hpc is not None and hpc.cut
         warn = [f"hpc_job_mapping: {body['hpc_job_mapping']['status']}"] if cut else []
-        watch = str(body.get("pod_watch", {}).get("status", "ok"))
-        warn += [f"pod_watch: {watch}"] if watch.startswith(("failing", "unavailable")) else []
+        warn += watch_warnings(body)
         body["warnings"] += warn
         body["status"] = "degraded" if warn and body["status"] == "ok" else body["status"]
         return status, body

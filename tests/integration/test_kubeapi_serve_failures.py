@@ -69,8 +69,9 @@ def test_an_api_failure_is_said_in_health_without_a_traceback(tmp_path: Path, ho
     assert set(found) == {"pod_watch", "services", "node"}, found
     for entry in found.values():
         assert entry["status"].startswith(f"failing: {why}"), found
-    # a blind pod watch makes the node "degraded" (200, never a restart) and says why
+    # each blind caller makes the node "degraded" (200, never a restart) and says why
     assert top["status"] == "degraded", top
-    assert any(w.startswith(f"pod_watch: failing: {why}") for w in top["warnings"]), top
+    for name in ("pod_watch", "emf.container_insights.services", "emf.container_insights.node"):
+        assert any(w.startswith(f"{name}: failing: {why}") for w in top["warnings"]), top
     assert "Traceback" not in stderr, stderr
     assert stderr.count(why) == 3, stderr  # one line per caller, however often it failed

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from podgpu.attribution.base import Attribution
 from podgpu.backends.base import Reading
@@ -59,6 +59,8 @@ class StaticAttributor:
 
     def start(self) -> None: ...
     def close(self) -> None: ...
+    def health_parts(self) -> dict[str, Callable[[], dict[str, object]]]:
+        return {}
 
     def attribute(self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]
                   ) -> Attribution:

@@ -99,6 +99,9 @@ class KubeletAttributor:
                 errors=(("attribution", 1),),
             )
 
+    def health_parts(self) -> dict[str, Callable[[], dict[str, object]]]:
+        return {"pod_watch": self.pod_watch_health}
+
     def pod_watch_health(self) -> dict[str, object]:
         """The `pod_watch` entry of /health: how the pod list/watch goes (status, pods kept,
         failed calls)."""

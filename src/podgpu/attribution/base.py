@@ -7,6 +7,7 @@ backend found. An implementation must answer from state it keeps up to date in t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,3 +42,8 @@ class Attributor(Protocol):
 
     def close(self) -> None:
         """Stop background work."""
+
+    def health_parts(self) -> dict[str, Callable[[], dict[str, object]]]:
+        """/health's entries of this attributor by name (e.g. `pod_watch`), each read per
+        request; none when it keeps no state of its own worth showing."""
+        ...

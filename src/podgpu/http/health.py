@@ -26,6 +26,27 @@ if TYPE_CHECKING:
     from podgpu.model import Snapshot
 
 
+API_WATCHES = (("pod_watch",), ("emf", "container_insights", "services"),
+               ("emf", "container_insights", "node"))
+"""Where /health's body shows the Kubernetes API callers: the pod list/watch, and Container
+Insights' Service watch and Node read."""
+
+
+def watch_warnings(body: dict[str, Any]) -> list[str]:
+    """A warning per API caller in `body` that is `failing: ...` or `unavailable: ...`: pods,
+    owners or Services are missing from the series or the events until it works again, which a
+    restart does not bring about (so "degraded", never a 503)."""
+    out = []
+    for path in API_WATCHES:
+        entry: Any = body
+        for key in path:
+            entry = entry.get(key) if isinstance(entry, dict) else None
+        status = str(entry.get("status", "")) if isinstance(entry, dict) else ""
+        if status.startswith(("failing", "unavailable")):
+            out.append(f"{'.'.join(path)}: {status}")
+    return out
+
+
 def stale_after(interval: float) -> float:
     """How old the last snapshot may be before /health fails: three missed cycles plus slack."""
     return 3.0 * interval + 2.0

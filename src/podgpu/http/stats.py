@@ -45,8 +45,8 @@ class HttpStats:
                 "podgpu_http_requests_denied_total",
                 "Requests answered without their content: unauthorized (401), forbidden (403, "
                 "client certificate SAN), rate_limited (429, web config rate_limit), throttled "
-                "(429, repeated basic-auth failures from one client), busy (429, too many bcrypt "
-                "checks queued).", "reason",
+                "(429, repeated basic-auth failures from one client), busy (429, the line of "
+                "waiting bcrypt checks was full of better-ranked ones).", "reason",
                 (("unauthorized", c["unauthorized"]), ("forbidden", c["forbidden"]),
                  ("rate_limited", c["rate_limited"]), ("throttled", c["auth_throttled"]),
                  ("busy", c["auth_busy"]))))

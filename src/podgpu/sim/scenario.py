@@ -203,9 +203,11 @@ class SimulatedAttributor:
     def close(self) -> None:
         return None
 
-    def attribute(
-        self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]
-    ) -> Attribution:
+    def health_parts(self) -> dict[str, Callable[[], dict[str, object]]]:
+        return {}
+
+    def attribute(self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]
+                  ) -> Attribution:
         allocs = tuple(
             replace(a, container=shape_ref(a.container, self._opts, process=False))
             for a in self._scenario.allocations(devices)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from podgpu.http.health import health, stale_after
+from podgpu.http.health import health, stale_after, watch_warnings
 from podgpu.http.publish import Published
 from podgpu.model import Snapshot, StageResult
 from podgpu.model.status import StageStatus
@@ -105,3 +105,21 @@ def test_devices_counts_gpus_and_mig_instances_apart() -> None:
     snap = Snapshot(taken_at=1e9, samples=r.samples)
     code, body = health(pub(snap), snap.taken_at, 1.0, "simulated")
     assert code == 200 and (body["devices"], body["mig_instances"]) == (2, 2)
+
+
+def test_each_blind_api_caller_is_a_warning_naming_it() -> None:
+    body = {"pod_watch": {"status": "unavailable: not in a cluster"},
+            "emf": {"container_insights": {"services": {"status": "failing: 403 Forbidden"},
+                                           "node": {"status": "ok", "errors": 2}}}}
+    assert watch_warnings(body) == ["pod_watch: unavailable: not in a cluster",
+                                    "emf.container_insights.services: failing: 403 Forbidden"]
+    body["emf"]["container_insights"]["node"] = {"status": "failing: ConnectionRefusedError"}
+    assert watch_warnings(body)[-1] == "emf.container_insights.node: failing: ConnectionRefusedError"
+
+
+def test_callers_that_are_off_working_or_absent_are_no_warning() -> None:
+    assert watch_warnings({}) == []
+    assert watch_warnings({"pod_watch": {"status": "disabled"}, "emf": {"status": "ok"}}) == []
+    quiet = {"container_insights": {"services": {"status": "off (no Kubernetes API)"},
+                                    "node": {"status": "known in advance (simulated node)"}}}
+    assert watch_warnings({"emf": quiet}) == []
