@@ -1,7 +1,7 @@
 """What the benchmarks and the tests that run a real `podgpu serve` share: a free loopback port, the
 agent as a child process (started, ready through `/health/ready`, its stderr kept, stopped with
 SIGTERM), one scrape, percentiles, and the RSS, threads, file descriptors and CPU time of a pid read
-from `/proc`.
+from `/proc` (once, or their peaks on a thread).
 
 bench/ imports this module (run it from the repository root: `python -m bench.load`); nothing here
 imports bench/."""
@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -64,6 +65,38 @@ def rss_fds(pid: int) -> tuple[float, int]:
     """RSS in MiB and the number of open file descriptors of `pid`."""
     s = proc_sample(pid)
     return s["rss_kib"] / 1024, int(s["fds"])
+
+
+class PeakSampler:
+    """The largest RSS (MiB, to 0.1) and open-descriptor count of `pid`, sampled on a thread
+    every `every` seconds while the `with` block runs (or until the process is gone)."""
+
+    def __init__(self, pid: int, every: float) -> None:
+        self.pid = pid
+        self.every = every
+        self.rss_mib_max = 0.0
+        self.fds_max = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rss, fds = rss_fds(self.pid)
+            except (OSError, StopIteration):
+                return
+            self.rss_mib_max = max(self.rss_mib_max, round(rss, 1))
+            self.fds_max = max(self.fds_max, fds)
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 T = TypeVar("T")

@@ -44,47 +44,53 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.harness import ROOT, Serve, pct, rss_fds, unverified_tls
+from tests.harness import ROOT, PeakSampler, Serve, pct, rss_fds, unverified_tls
 from tests.tlsutil import Pki
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\n\r\n"
 _CLOSED_STATES = {7, 8, 9}  # TCP_CLOSE, TCP_CLOSE_WAIT, TCP_LAST_ACK (linux/tcp_states.h)
 
 
-@dataclass
-class AttackResult:
-    attack: str
+@dataclass(kw_only=True)
+class ListenerRun:
+    """What an attack run and a shape run (listener_shapes.py) both record: the attacking
+    connections, the honest scrapes beside them, and the agent's peak memory and log."""
+
     command: list[str]
     conns: int
     duration_s: float
-    request_timeout_s: float
-    scrapers: int
+    sources: int = 1
     scrapes: int = 0
     failed: int = 0
     failures: list[str] = field(default_factory=list)
     scrape_ms_p50: float = 0.0
     scrape_ms_p99: float = 0.0
-    scrape_ms_max: float = 0.0
     attack_opened: int = 0
     attack_closed_by_server: int = 0
-    attack_lifetime_s_max: float = 0.0
-    attack_lifetime_s_p50: float = 0.0
     rss_mib_before: float = 0.0
     rss_mib_max: float = 0.0
     rss_mib_growth: float = 0.0
-    rss_mib_after_close: float = 0.0
-    identity: bool = False
-    sources: int = 1
     fds_max: int = 0
     log_lines: int = 0
     log_tail: list[str] = field(default_factory=list)
     exit_status: int | None = None
     passed: bool = False
+
+
+@dataclass(kw_only=True)
+class AttackResult(ListenerRun):
+    attack: str
+    request_timeout_s: float
+    scrapers: int
+    scrape_ms_max: float = 0.0
+    attack_lifetime_s_max: float = 0.0
+    attack_lifetime_s_p50: float = 0.0
+    rss_mib_after_close: float = 0.0
+    identity: bool = False
 
 
 def tcp_closed(s: socket.socket) -> bool:
@@ -148,7 +154,7 @@ def attacker(attack: str, port: int, conns: int, duration: float, pipelined: int
 
 
 async def scrape_loop(port: int, tls: ssl.SSLContext | None, until: float, offset: float,
-                      res: AttackResult, lat: list[float]) -> None:
+                      res: ListenerRun, lat: list[float]) -> None:
     next_at = time.monotonic() + offset
     while next_at < until:
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
@@ -177,11 +183,49 @@ async def scrape_loop(port: int, tls: ssl.SSLContext | None, until: float, offse
 
 
 async def scrapers(port: int, tls: ssl.SSLContext | None, n: int, seconds: float,
-                   res: AttackResult) -> list[float]:
+                   res: ListenerRun) -> list[float]:
     lat: list[float] = []
     until = time.monotonic() + seconds
     await asyncio.gather(*(scrape_loop(port, tls, until, k / n, res, lat) for k in range(n)))
     return lat
+
+
+def warm_up(agent: Serve, tls: ssl.SSLContext | None, n: int, res: ListenerRun) -> None:
+    """Ready, then 3 s of `n` scrapers; the RSS after them is the run's baseline and their
+    scrapes are not counted."""
+    agent.wait_ready()
+    asyncio.run(scrapers(agent.port, tls, n, 3.0, res))
+    res.rss_mib_before = round(rss_fds(agent.pid)[0], 1)
+    res.scrapes = 0
+
+
+def settled_rss(agent: Serve, settle: float) -> float:
+    """The agent's RSS (MiB) `settle` s after the attack's connections are closed: is the
+    memory given back? 0.0 when `settle` is 0 (not read: the tests do not look at it)."""
+    if not settle:
+        return 0.0
+    time.sleep(settle)
+    return round(rss_fds(agent.pid)[0], 1)
+
+
+def finish(agent: Serve, res: ListenerRun, tail: int, max_rss_growth_mib: float) -> None:
+    """Stops the agent; records its log (line count, the last `tail` lines), the RSS growth and
+    the verdict every run shares: all scrapes answered, a clean exit, growth within bound."""
+    res.exit_status, err = agent.stop()
+    lines = err.splitlines()
+    res.log_lines, res.log_tail = len(lines), [line[:300] for line in lines[-tail:]]
+    res.rss_mib_growth = round(res.rss_mib_max - res.rss_mib_before, 1)
+    res.passed = (res.failed == 0 and res.scrapes > 0 and res.exit_status == 0
+                  and res.rss_mib_growth <= max_rss_growth_mib)
+
+
+def report(res: ListenerRun, out: Path | None) -> int:
+    """Prints the run as JSON, writes it to `out` too if given; the exit status: 0 if it passed."""
+    text = json.dumps(asdict(res), indent=1)
+    if out:
+        out.write_text(text + "\n")
+    print(text)
+    return 0 if res.passed else 1
 
 
 def tls_config(directory: Path) -> Path:
@@ -204,39 +248,22 @@ def run_attack(attack: str, *, conns: int, duration: float, scrapers_n: int = 20
         client_tls = unverified_tls()
     agent = Serve(args, src=src, tls=client_tls is not None)
     port = agent.port
-    res = AttackResult(attack, agent.cmd, conns, duration, request_timeout, scrapers_n,
-                       identity=identity, sources=sources)
+    res = AttackResult(attack=attack, command=agent.cmd, conns=conns, duration_s=duration,
+                       request_timeout_s=request_timeout, scrapers=scrapers_n, identity=identity,
+                       sources=sources)
     try:
-        agent.wait_ready()
-        asyncio.run(scrapers(port, client_tls, scrapers_n, 3.0, res))  # warm up
-        res.rss_mib_before = round(rss_fds(agent.pid)[0], 1)
-        res.scrapes = 0
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.is_set():
-                try:
-                    rss, fds = rss_fds(agent.pid)
-                except (OSError, StopIteration):
-                    return
-                res.rss_mib_max = max(res.rss_mib_max, round(rss, 1))
-                res.fds_max = max(res.fds_max, fds)
-                time.sleep(0.25)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        helper = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.listener_attacks", "--helper", attack, str(port), str(conns),
-             str(duration), str(pipelined), str(int(identity)), str(sources)],
-            stdout=subprocess.PIPE, text=True)
-        time.sleep(1.0)
-        lat = asyncio.run(scrapers(port, client_tls, scrapers_n, duration - 1.0, res))
-        out, _ = helper.communicate(timeout=duration + 60)
-        stop.set()
-        sampler.join()
-        if settle:  # 0: not read (the tests do not look at it)
-            time.sleep(settle)  # the attack's connections are closed: is the memory given back?
-            res.rss_mib_after_close = round(rss_fds(agent.pid)[0], 1)
+        warm_up(agent, client_tls, scrapers_n, res)
+        with PeakSampler(agent.pid, 0.25) as peak:
+            helper = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.listener_attacks", "--helper", attack,
+                 str(port), str(conns), str(duration), str(pipelined), str(int(identity)),
+                 str(sources)],
+                stdout=subprocess.PIPE, text=True)
+            time.sleep(1.0)
+            lat = asyncio.run(scrapers(port, client_tls, scrapers_n, duration - 1.0, res))
+            out, _ = helper.communicate(timeout=duration + 60)
+        res.rss_mib_max, res.fds_max = peak.rss_mib_max, peak.fds_max
+        res.rss_mib_after_close = settled_rss(agent, settle)
         got = json.loads(out)
         closed: list[float] = got["closed"]
         ages = closed + got["still_open"]
@@ -247,13 +274,8 @@ def run_attack(attack: str, *, conns: int, duration: float, scrapers_n: int = 20
         res.scrape_ms_p50, res.scrape_ms_p99 = pct(lat, 0.5), pct(lat, 0.99)
         res.scrape_ms_max = round(max(lat), 2) if lat else 0.0
     finally:
-        res.exit_status, err = agent.stop()
-    lines = err.splitlines()
-    res.log_lines, res.log_tail = len(lines), [line[:300] for line in lines[-8:]]
-    res.rss_mib_growth = round(res.rss_mib_max - res.rss_mib_before, 1)
-    res.passed = (res.failed == 0 and res.scrapes > 0 and res.exit_status == 0
-                  and res.rss_mib_growth <= max_rss_growth_mib
-                  and res.attack_lifetime_s_max <= request_timeout + 5.0)
+        finish(agent, res, 8, max_rss_growth_mib)
+    res.passed = res.passed and res.attack_lifetime_s_max <= request_timeout + 5.0
     return res
 
 
@@ -331,12 +353,7 @@ def main() -> int:
                      pipelined=args.pipelined, max_rss_growth_mib=args.max_rss_growth_mib,
                      serve_args=tuple(args.serve_arg), src=args.src, identity=args.identity,
                      sources=args.sources)
-    doc = asdict(res)
-    text = json.dumps(doc, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
-    return 0 if res.passed else 1
+    return report(res, args.out)
 
 
 if __name__ == "__main__":

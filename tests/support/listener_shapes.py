@@ -35,13 +35,22 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness import ROOT, Serve, pct, rss_fds, unverified_tls
-from tests.support.listener_attacks import scrapers, source, tcp_closed, tls_config
+from tests.harness import ROOT, PeakSampler, Serve, pct, unverified_tls
+from tests.support.listener_attacks import (
+    ListenerRun,
+    finish,
+    report,
+    scrapers,
+    settled_rss,
+    source,
+    tcp_closed,
+    tls_config,
+    warm_up,
+)
 
 SHAPES = ("hello-big", "hello-cap", "pipeline", "slow-reader", "body")
 GET = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\nAccept-Encoding: identity\r\n\r\n"
@@ -58,32 +67,14 @@ def hello(declared: int, sent: int) -> bytes:
                     for c in (message[i:i + 16384] for i in range(0, len(message), 16384)))
 
 
-@dataclass
-class ShapeResult:
+@dataclass(kw_only=True)
+class ShapeResult(ListenerRun):
     shape: str
-    command: list[str]
-    conns: int
-    duration_s: float
     gpus: int
-    sources: int
     tls: bool = False
-    scrapes: int = 0
-    failed: int = 0
-    failures: list[str] = field(default_factory=list)
-    scrape_ms_p50: float = 0.0
-    scrape_ms_p99: float = 0.0
-    attack_opened: int = 0
-    attack_closed_by_server: int = 0
-    rss_mib_before: float = 0.0
-    rss_mib_max: float = 0.0
-    rss_mib_growth: float = 0.0
     rss_mib_after: float = 0.0
     cpu_s: float = 0.0
     """The agent's CPU seconds (user + system) during the attack."""
-    log_lines: int = 0
-    log_tail: list[str] = field(default_factory=list)
-    exit_status: int | None = None
-    passed: bool = False
 
 
 def _open(shape: str, port: int, src: tuple[str, int],
@@ -183,47 +174,26 @@ def run_shape(shape: str, *, conns: int, duration: float, tls: bool, gpus: int =
         args += ["--web-config-file", str(tls_config(tmp))]
     agent = Serve(args, src=src, tls=tls)
     client_tls = unverified_tls() if tls else None
-    res = ShapeResult(shape, agent.cmd, conns, duration, gpus, sources, tls=tls)
+    res = ShapeResult(shape=shape, command=agent.cmd, conns=conns, duration_s=duration,
+                      gpus=gpus, sources=sources, tls=tls)
     try:
-        agent.wait_ready()
-        asyncio.run(scrapers(agent.port, client_tls, 1, 3.0, res))  # type: ignore[arg-type]
-        res.rss_mib_before = round(rss_fds(agent.pid)[0], 1)
-        res.scrapes = 0
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.is_set():
-                try:
-                    res.rss_mib_max = max(res.rss_mib_max, round(rss_fds(agent.pid)[0], 1))
-                except (OSError, StopIteration):
-                    return
-                time.sleep(0.25)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        cpu0 = cpu_seconds(agent.pid)
-        helper = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.listener_shapes", "--helper", shape,
-             str(agent.port), str(conns), str(duration), str(sources), str(int(tls))],
-            stdout=subprocess.PIPE, text=True)
-        lat = asyncio.run(scrapers(agent.port, client_tls, 1, duration, res))  # type: ignore[arg-type]
-        out, _ = helper.communicate(timeout=duration + 120)
-        res.cpu_s = round(cpu_seconds(agent.pid) - cpu0, 1)
-        stop.set()
-        sampler.join()
-        if settle:
-            time.sleep(settle)  # the attack's connections are closed: is the memory given back?
-            res.rss_mib_after = round(rss_fds(agent.pid)[0], 1)
+        warm_up(agent, client_tls, 1, res)
+        with PeakSampler(agent.pid, 0.25) as peak:
+            cpu0 = cpu_seconds(agent.pid)
+            helper = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.listener_shapes", "--helper", shape,
+                 str(agent.port), str(conns), str(duration), str(sources), str(int(tls))],
+                stdout=subprocess.PIPE, text=True)
+            lat = asyncio.run(scrapers(agent.port, client_tls, 1, duration, res))
+            out, _ = helper.communicate(timeout=duration + 120)
+            res.cpu_s = round(cpu_seconds(agent.pid) - cpu0, 1)
+        res.rss_mib_max, res.fds_max = peak.rss_mib_max, peak.fds_max
+        res.rss_mib_after = settled_rss(agent, settle)
         got = json.loads(out)
         res.attack_opened, res.attack_closed_by_server = got["opened"], got["closed"]
         res.scrape_ms_p50, res.scrape_ms_p99 = pct(lat, 0.5), pct(lat, 0.99)
     finally:
-        res.exit_status, err = agent.stop()
-    lines = err.splitlines()
-    res.log_lines, res.log_tail = len(lines), [line[:300] for line in lines[-6:]]
-    res.rss_mib_growth = round(res.rss_mib_max - res.rss_mib_before, 1)
-    res.passed = (res.failed == 0 and res.scrapes > 0 and res.exit_status == 0
-                  and res.rss_mib_growth <= max_rss_growth_mib)
+        finish(agent, res, 6, max_rss_growth_mib)
     return res
 
 
@@ -250,11 +220,7 @@ def main() -> int:
                     tls=args.tls or args.shape in TLS_SHAPES, gpus=args.gpus,
                     sources=args.sources, max_rss_growth_mib=args.max_rss_growth_mib,
                     src=args.src)
-    text = json.dumps(asdict(res), indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
-    return 0 if res.passed else 1
+    return report(res, args.out)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,11 @@ import resource
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.harness import ROOT, Serve, pct, rss_fds
+from tests.harness import ROOT, PeakSampler, Serve, pct, rss_fds
 
 PER_HELPER = 8000
 PARTIAL = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\nX-Slow: "
@@ -201,21 +200,11 @@ def run_load(args: argparse.Namespace) -> LoadResult:
                 [sys.executable, "-m", "tests.support.load", "--helper", str(port), str(n),
                  str(args.duration + 5)], stdout=subprocess.PIPE, text=True, cwd=ROOT))
             left -= n
-        sampler_stop = False
-
-        def sample() -> None:
-            while not sampler_stop:
-                rss, fds = rss_fds(agent.pid)
-                res.rss_mib_max = max(res.rss_mib_max, round(rss, 1))
-                res.fds_max = max(res.fds_max, fds)
-                time.sleep(0.5)
-
-        t = threading.Thread(target=sample, daemon=True)
-        t.start()
-        t0 = time.monotonic()
-        lat = asyncio.run(run(args, port, res))
-        elapsed = time.monotonic() - t0
-        sampler_stop = True
+        with PeakSampler(agent.pid, 0.5) as peak:
+            t0 = time.monotonic()
+            lat = asyncio.run(run(args, port, res))
+            elapsed = time.monotonic() - t0
+        res.rss_mib_max, res.fds_max = peak.rss_mib_max, peak.fds_max
         res.latency_ms = {"p50": pct(lat, 0.5), "p90": pct(lat, 0.9), "p99": pct(lat, 0.99),
                           "max": round(max(lat), 2) if lat else 0.0}
         res.scrapes_per_s = round(res.scrapes / elapsed, 1)
