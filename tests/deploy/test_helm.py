@@ -32,7 +32,6 @@ from tests.conftest import FIXTURES
 from tests.deploy.contract import prepare
 from tests.deploy.helmchart import CHART, chart, helm, prerender, template
 from tests.deploy.render import CHECKOV, ROOT, container, one, render, validate_strict
-from tests.deploy.standins import LogsStandIn
 from tests.deploy.test_manifests import (
     CHECKOV_SKIPS,
     K8S_VERSIONS,
@@ -46,9 +45,8 @@ from tests.deploy.test_operator_phases import (
     schedules,
     waited_for,
 )
-from tests.deploy.test_startup_contract import UUIDS, get, series, start, wait_until
+from tests.deploy.test_startup_contract import get, series, started_beside_train, wait_until
 from tests.deploy.test_startup_contract import kube_api as startup_kube_api
-from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, socket_path
 
 CW = {"enabled": True, "clusterName": "my-cluster", "region": "us-east-1"}
 ROLE = "arn:aws:iam::111122223333:role/podgpu-cloudwatch"
@@ -596,29 +594,19 @@ def test_the_chart_pod_spec_starts_a_working_exporter(name: str, tmp_path: Path,
     """The rendered container's own args, env and mounts (tests/deploy/contract.py) serve
     /metrics with the workload's pod label; with the inline metric list, only its field."""
     objs = objects(name)
-    logs = LogsStandIn().start()
-    with socket_path() as sock:
-        kubelet = FakeKubelet(sock).start()
-        kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", UUIDS[0])])
-        run = start(objs, tmp_path, sock, kube_api, logs,
-                    ["--simulate", "4", "--simulate-scenario", "none"])
-        try:
-            def labelled() -> bytes | None:
-                status, body = get(run.base + "/metrics")
-                return body if status == 200 and any(
-                    s.get("pod") == "train" for s in series(body, "DCGM_FI_DEV_GPU_UTIL")) \
-                    else None
+    with started_beside_train(objs, tmp_path, kube_api) as (run, _logs):
+        def labelled() -> bytes | None:
+            status, body = get(run.base + "/metrics")
+            return body if status == 200 and any(
+                s.get("pod") == "train" for s in series(body, "DCGM_FI_DEV_GPU_UTIL")) \
+                else None
 
-            body = wait_until(labelled, run.proc, 30, "DCGM_FI_DEV_GPU_UTIL{pod=train}")
-            fb_used = series(body, "DCGM_FI_DEV_FB_USED")
-            assert (fb_used == []) == (name == "custom-csv")
-            for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-                http = run.c[probe]["httpGet"]
-                assert get(f"{run.base}{http['path']}")[0] == 200, probe
-        finally:
-            run.stop()
-            kubelet.stop()
-            logs.stop()
+        body = wait_until(labelled, run.proc, 30, "DCGM_FI_DEV_GPU_UTIL{pod=train}")
+        fb_used = series(body, "DCGM_FI_DEV_FB_USED")
+        assert (fb_used == []) == (name == "custom-csv")
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            http = run.c[probe]["httpGet"]
+            assert get(f"{run.base}{http['path']}")[0] == 200, probe
 
 
 

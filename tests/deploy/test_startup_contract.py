@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,46 +149,55 @@ def start(objs: list[dict[str, Any]], work: Path, sock: str, kube_api: KubeApi,
     return Started(proc, port, c, launch)
 
 
+@contextmanager
+def started_beside_train(objs: list[dict[str, Any]], work: Path,
+                         kube_api: KubeApi) -> Iterator[tuple[Started, LogsStandIn]]:
+    """`start` on 4 simulated GPUs (no scenario) beside a CloudWatch Logs stand-in and a gRPC
+    kubelet whose pod ml/train holds the first GPU; all three are stopped afterwards."""
+    logs = LogsStandIn().start()
+    with socket_path() as sock:
+        kubelet = FakeKubelet(sock).start()
+        kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", UUIDS[0])])
+        run = start(objs, work, sock, kube_api, logs,
+                    ["--simulate", "4", "--simulate-scenario", "none"])
+        try:
+            yield run, logs
+        finally:
+            run.stop()
+            kubelet.stop()
+            logs.stop()
+
+
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "tls"])
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_daemonset_args_start_a_working_podgpu(overlay: str, tls: bool, tmp_path: Path,
                                                kube_api: KubeApi) -> None:
     objs = list(configured(overlay, "tls") if tls else configured(overlay))
-    logs = LogsStandIn().start()
-    with socket_path() as sock:
-        kubelet = FakeKubelet(sock).start()
-        kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", UUIDS[0])])
-        run = start(objs, tmp_path, sock, kube_api, logs,
-                    ["--simulate", "4", "--simulate-scenario", "none"])
-        try:
-            def allocated() -> bytes | None:
-                status, body = get(run.base + "/metrics")
-                return body if status == 200 and any(
-                    s.get("pod") == "train" for s in series(body, "podgpu_gpu_allocation")) else None
+    with started_beside_train(objs, tmp_path, kube_api) as (run, logs):
+        def allocated() -> bytes | None:
+            status, body = get(run.base + "/metrics")
+            return body if status == 200 and any(
+                s.get("pod") == "train" for s in series(body, "podgpu_gpu_allocation")) else None
 
-            body = wait_until(allocated, run.proc, 30, "podgpu_gpu_allocation{pod=train}")
-            (alloc,) = series(body, "podgpu_gpu_allocation")
-            assert (alloc["namespace"], alloc["pod"], alloc["container"], alloc["UUID"]) == (
-                "ml", "train", "main", UUIDS[0])
-            util = {s["UUID"]: s for s in series(body, "DCGM_FI_DEV_GPU_UTIL")}
-            assert util[UUIDS[0]]["pod"] == "train" and "pod" not in util[UUIDS[1]]
-            assert {s["Hostname"] for s in util.values()} == {NODE_NAME}  # NODE_NAME reached podgpu
-            # The pod watch reached the API with this node's field selector and the mounted token.
-            wait_until(lambda: any(r.get("fieldSelector") == [f"spec.nodeName={NODE_NAME}"]
-                                   for r in kube_api.fake.list_requests()), run.proc, 10, "pod list")
-            # Every probe passes on a healthy node, as the kubelet sends it (scheme, path, port).
-            for name in PROBES:
-                status, answer = probe(run.c, name, run.port)
-                assert status == 200, (name, answer)
-            if tls:  # control: the same probes over plain HTTP would fail
-                with pytest.raises(OSError):
-                    urllib.request.urlopen(f"http://127.0.0.1:{run.port}/health", timeout=5)
-            if "--cloudwatch-config" in run.launch.args:
-                check_emf(run.launch.env, logs, run.proc)
-        finally:
-            run.stop()
-            kubelet.stop()
-            logs.stop()
+        body = wait_until(allocated, run.proc, 30, "podgpu_gpu_allocation{pod=train}")
+        (alloc,) = series(body, "podgpu_gpu_allocation")
+        assert (alloc["namespace"], alloc["pod"], alloc["container"], alloc["UUID"]) == (
+            "ml", "train", "main", UUIDS[0])
+        util = {s["UUID"]: s for s in series(body, "DCGM_FI_DEV_GPU_UTIL")}
+        assert util[UUIDS[0]]["pod"] == "train" and "pod" not in util[UUIDS[1]]
+        assert {s["Hostname"] for s in util.values()} == {NODE_NAME}  # NODE_NAME reached podgpu
+        # The pod watch reached the API with this node's field selector and the mounted token.
+        wait_until(lambda: any(r.get("fieldSelector") == [f"spec.nodeName={NODE_NAME}"]
+                               for r in kube_api.fake.list_requests()), run.proc, 10, "pod list")
+        # Every probe passes on a healthy node, as the kubelet sends it (scheme, path, port).
+        for name in PROBES:
+            status, answer = probe(run.c, name, run.port)
+            assert status == 200, (name, answer)
+        if tls:  # control: the same probes over plain HTTP would fail
+            with pytest.raises(OSError):
+                urllib.request.urlopen(f"http://127.0.0.1:{run.port}/health", timeout=5)
+        if "--cloudwatch-config" in run.launch.args:
+            check_emf(run.launch.env, logs, run.proc)
 
 
 def check_emf(env: dict[str, str], logs: LogsStandIn, proc: subprocess.Popen[str]) -> None:
