@@ -1,7 +1,7 @@
 """What the benchmarks and the tests that run a real `podgpu serve` share: a free loopback port, the
 agent as a child process (started, ready through `/health/ready`, its stderr kept, stopped with
-SIGTERM), one scrape, percentiles, and the RSS, threads, file descriptors and CPU time of a pid read
-from `/proc` (once, or their peaks on a thread).
+SIGTERM), one scrape, a raw socket read to its close, percentiles, and the RSS, threads, file
+descriptors and CPU time of a pid read from `/proc` (once, or their peaks on a thread).
 
 bench/ imports this module (run it from the repository root: `python -m bench.load`); nothing here
 imports bench/."""
@@ -136,6 +136,20 @@ def scrape(url: str, *, gzip: bool = False, timeout: float = 5.0,
     hdrs = {**(headers or {}), **({"Accept-Encoding": "gzip"} if gzip else {})}
     status, _, body = http_get(url, hdrs, timeout=timeout, context=context)
     return status, body
+
+
+def read_all(s: socket.socket) -> tuple[bytes, bool]:
+    """Everything a raw socket gets until the peer closes; True when it ended with a reset, not a
+    FIN."""
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            return b"".join(chunks), True
+        if not chunk:
+            return b"".join(chunks), False
+        chunks.append(chunk)
 
 
 class Serve:

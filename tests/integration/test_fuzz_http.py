@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import InProcessAgent
+from tests.harness import read_all
 
 STATUS = re.compile(rb"^HTTP/1\.[01] (\d{3}) ")
 
@@ -56,16 +57,7 @@ def exchange(port: int, data: bytes) -> bytes:
             s.shutdown(socket.SHUT_WR)  # the request ends here: a complete or a truncated one
         except OSError:
             return b""  # the server closed first (e.g. it had answered 400 already)
-        chunks = []
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    return b"".join(chunks)
+        return read_all(s)[0]
 
 
 token = st.sampled_from([b"GET", b"POST", b"HEAD", b"OPTIONS", b"PRI", b"get", b"G\x00T", b""]) \

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import urllib.request
 
+from tests.harness import read_all
+
 
 def half_open(port: int, n: int) -> list[socket.socket]:
     """`n` connections that send part of a request head and then nothing (slowloris)."""
@@ -37,16 +39,7 @@ def closed_by_peer(s: socket.socket, timeout: float) -> bool:
 def raw(port: int, data: bytes) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(data)
-        chunks = []
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    return b"".join(chunks)
+        return read_all(s)[0]
 
 
 def open_fds(pid: int) -> int:

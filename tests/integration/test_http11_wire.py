@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Serve, unverified_tls
+from tests.harness import Serve, read_all, unverified_tls
 from tests.support.listener_attacks import tls_config
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\nAccept-Encoding: identity\r\n\r\n"
@@ -40,19 +40,6 @@ def answers(raw: bytes) -> list[tuple[bytes, dict[bytes, bytes], bytes]]:
         out.append((status, headers, rest[:length]))
         raw = rest[length:]
     return out
-
-
-def read_all(s: socket.socket) -> tuple[bytes, bool]:
-    """Everything until the peer closes; True when it ended with a reset, not a FIN."""
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunk = s.recv(65536)
-        except ConnectionResetError:
-            return b"".join(chunks), True
-        if not chunk:
-            return b"".join(chunks), False
-        chunks.append(chunk)
 
 
 @pytest.fixture(scope="module")
