@@ -6,13 +6,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import bcrypt
 import pytest
 
-from podgpu.http.app import App, Request, Response
 from podgpu.http.auth import (
     AccessControl,
     BasicAuthChecker,
@@ -23,14 +21,10 @@ from podgpu.http.auth import (
 )
 from podgpu.http.authcheck import FAILURE_BURST, FAILURE_INTERVAL
 from tests.conftest import FakeClock
-from tests.unit.http.loopback import Client, serving
+from tests.unit.http.auth_support import basic, bcrypt_hash, serve_policy, with_checker
+from tests.unit.http.loopback import Client
 
-
-def _hash(pw: bytes, cost: int = 4, prefix: str = "$2b$") -> str:
-    return prefix + bcrypt.hashpw(pw, bcrypt.gensalt(cost)).decode()[4:]
-
-
-USERS = {"alice": _hash(b"right"), "bob": _hash("pässwörd".encode(), prefix="$2y$")}
+USERS = {"alice": bcrypt_hash(b"right"), "bob": bcrypt_hash("pässwörd".encode(), prefix="$2y$")}
 
 
 class Counting:
@@ -44,32 +38,6 @@ class Counting:
         self.calls += 1
         self.order.append(password)
         return bool(bcrypt.checkpw(password, hashed))
-
-
-def basic(user: str, password: str) -> dict[str, str]:
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
-
-
-def run(policy: Policy, scenario: Callable[[Client, AccessControl], Awaitable[None]],
-        checker: BasicAuthChecker | None = None) -> None:
-    async def main() -> None:
-        app = App()
-
-        def ok(_r: Request) -> Response:
-            return Response.text(200, "secret metrics\n")
-
-        app.add_get("/metrics", ok)
-        app.add_get("/health", ok)
-        app.add_get("/", ok)
-        app.add_get("/api/v1/snapshot", ok)  # "any later endpoint"
-        access = AccessControl(policy, checker)
-        access.install(app)
-        async with serving(app) as (port, _guard):
-            await scenario(Client(port), access)
-        access.checker.close()
-
-    asyncio.run(main())
 
 
 def test_basic_auth_right_wrong_missing_on_every_route() -> None:
@@ -93,7 +61,7 @@ def test_basic_auth_right_wrong_missing_on_every_route() -> None:
                     "Basic " + "A" * 5000):
             assert (await c.get("/metrics", headers={"Authorization": bad})).status == 401, bad
 
-    run(Policy(users=USERS), scenario)
+    serve_policy(Policy(users=USERS), scenario)
 
 
 def test_cache_pays_bcrypt_once_per_triple_and_unknown_users_pay_too() -> None:
@@ -111,18 +79,18 @@ def test_cache_pays_bcrypt_once_per_triple_and_unknown_users_pay_too() -> None:
         assert counting.calls == 3
         assert access.checker.failures == 4
         # a changed hash (the file was edited) is a new cache key: the old password stops working
-        access.policy = Policy(users={"alice": _hash(b"new")})
+        access.policy = Policy(users={"alice": bcrypt_hash(b"new")})
         assert (await c.get("/metrics", headers=basic("alice", "right"))).status == 401
         assert (await c.get("/metrics", headers=basic("alice", "new"))).status == 200
         # 20 concurrent identical requests share one check
         before = counting.calls
-        access.policy = Policy(users={"alice": _hash(b"fresh", cost=8)})
+        access.policy = Policy(users={"alice": bcrypt_hash(b"fresh", cost=8)})
         rs = await asyncio.gather(*(c.get("/metrics", headers=basic("alice", "fresh"))
                                     for _ in range(20)))
         assert {r.status for r in rs} == {200}
         assert counting.calls == before + 1
 
-    run(Policy(users=USERS), scenario, BasicAuthChecker(checkpw=counting))
+    serve_policy(Policy(users=USERS), scenario, BasicAuthChecker(checkpw=counting))
 
 
 def test_cache_key_holds_no_password() -> None:
@@ -150,13 +118,13 @@ def test_a_closed_checker_answers_429_at_once() -> None:
 
 def test_password_longer_than_72_bytes_is_refused_not_an_error() -> None:
     long = "x" * 80
-    users = {"alice": _hash(long[:72].encode())}  # bcrypt would match on the first 72 bytes
+    users = {"alice": bcrypt_hash(long[:72].encode())}  # bcrypt would match on the first 72 bytes
 
     async def scenario(c: Client, _a: AccessControl) -> None:
         assert (await c.get("/metrics", headers=basic("alice", long))).status == 401
         assert (await c.get("/metrics", headers=basic("alice", long[:72]))).status == 200
 
-    run(Policy(users=users), scenario)
+    serve_policy(Policy(users=users), scenario)
 
 
 def test_parallel_guesses_from_one_address_are_throttled_before_they_queue() -> None:
@@ -185,24 +153,22 @@ def test_parallel_guesses_from_one_address_are_throttled_before_they_queue() -> 
         assert counting.calls == FAILURE_BURST
         assert access.checker.throttled == 40 - FAILURE_BURST
 
-    run(Policy(users={"alice": _hash(b"right")}), scenario, BasicAuthChecker(checkpw=held))
+    serve_policy(Policy(users={"alice": bcrypt_hash(b"right")}), scenario, BasicAuthChecker(checkpw=held))
 
 
 def test_checks_per_address_stay_within_the_rate_under_concurrency(clock: FakeClock) -> None:
     counting = Counting()
-    users = {"alice": _hash(b"right")}
+    users = {"alice": bcrypt_hash(b"right")}
 
-    async def main() -> None:
-        checker = BasicAuthChecker(checkpw=counting, clock=clock)
+    async def main(checker: BasicAuthChecker) -> None:
         for second in range(30):  # 32 parallel guesses a second for 30 s
             await asyncio.gather(*(checker.check(users, b"alice", b"g%d-%d" % (second, i),
                                                  client="10.0.0.9") for i in range(32)))
             clock.advance(FAILURE_INTERVAL)
         # the right password still works from another address, and from this one once earned
         assert await checker.check(users, b"alice", b"right", client="10.0.0.8")
-        checker.close()
 
-    asyncio.run(main())
+    with_checker(main, checkpw=counting, clock=clock)
     allowed = FAILURE_BURST + 30 / FAILURE_INTERVAL
     assert counting.calls <= allowed + 1  # +1: the right password from the other address
     assert counting.calls >= 30
@@ -231,10 +197,9 @@ async def settle(tasks: list[asyncio.Task[bool | None]], done: int) -> None:
 
 def test_a_full_line_refuses_the_check_that_would_run_last_and_it_costs_nothing() -> None:
     gated = Gated()
-    users = {"alice": _hash(b"right")}
+    users = {"alice": bcrypt_hash(b"right")}
 
-    async def main() -> None:
-        checker = BasicAuthChecker(checkpw=gated, max_waiting=8)
+    async def main(checker: BasicAuthChecker) -> None:
         # 1 runs (held) and 8 wait, from 9 addresses none of which has failed: all rank 0
         first = [asyncio.create_task(checker.check(users, b"alice", b"g%d" % i,
                                                    client=f"10.0.0.{i}")) for i in range(9)]
@@ -251,17 +216,15 @@ def test_a_full_line_refuses_the_check_that_would_run_last_and_it_costs_nothing(
         gated.gate.set()
         assert await asyncio.gather(*first) == [False] * 9
         assert gated.order == [b"g%d" % i for i in range(9)]  # equals run oldest first
-        checker.close()
 
-    asyncio.run(main())
+    with_checker(main, checkpw=gated, max_waiting=8)
 
 
 def test_a_new_address_is_checked_before_addresses_that_failed() -> None:
     gated = Gated()
-    users = {"alice": _hash(b"right")}
+    users = {"alice": bcrypt_hash(b"right")}
 
-    async def main() -> None:
-        checker = BasicAuthChecker(checkpw=gated, max_waiting=8)
+    async def main(checker: BasicAuthChecker) -> None:
         gated.gate.set()
         for i in range(8):  # eight guessers fail once each
             assert await checker.check(users, b"alice", b"warm%d" % i, client=f"10.0.1.{i}") is False
@@ -285,19 +248,17 @@ def test_a_new_address_is_checked_before_addresses_that_failed() -> None:
         assert await asyncio.gather(*guesses[:-1]) == [False] * 7
         assert gated.order == [b"held", b"right", *(b"again%d" % i for i in range(7))]
         await blocker
-        checker.close()
 
-    asyncio.run(main())
+    with_checker(main, checkpw=gated, max_waiting=8)
 
 
 def test_a_check_keeps_its_place_when_its_request_goes_away() -> None:
     # A scraper that timed out while its first check waited: the check still runs, and the
     # retry is answered from the success cache without a second bcrypt.
     gated = Gated()
-    users = {"alice": _hash(b"right")}
+    users = {"alice": bcrypt_hash(b"right")}
 
-    async def main() -> None:
-        checker = BasicAuthChecker(checkpw=gated)
+    async def main(checker: BasicAuthChecker) -> None:
         held = asyncio.create_task(checker.check(users, b"alice", b"held", client="10.0.0.1"))
         first = asyncio.create_task(checker.check(users, b"alice", b"right", client="10.0.0.2"))
         while checker.in_flight < 2:
@@ -310,9 +271,8 @@ def test_a_check_keeps_its_place_when_its_request_goes_away() -> None:
         assert first.cancelled()
         assert await checker.check(users, b"alice", b"right", client="10.0.0.2") is True
         assert gated.order == [b"held", b"right"]
-        checker.close()
 
-    asyncio.run(main())
+    with_checker(main, checkpw=gated)
 
 
 def test_a_distributed_flood_never_keeps_a_scraper_waiting_behind_it() -> None:
@@ -321,10 +281,9 @@ def test_a_distributed_flood_never_keeps_a_scraper_waiting_behind_it() -> None:
     # of 32 was always full and a scraper whose password was not cached got 429 every time.
     # Counted for each scraper check: the checks that started between its asking and its own.
     counting = Counting()
-    policy = {"users": {"prometheus": _hash(b"right")}}
+    policy = {"users": {"prometheus": bcrypt_hash(b"right")}}
 
-    async def main() -> None:
-        checker = BasicAuthChecker(checkpw=counting)
+    async def main(checker: BasicAuthChecker) -> None:
         stop = asyncio.Event()
         failed: set[str] = set()
         turn = [0]
@@ -342,7 +301,7 @@ def test_a_distributed_flood_never_keeps_a_scraper_waiting_behind_it() -> None:
 
         async def scrape(password: bytes, client: str) -> int:
             """The scraper's check of `password` (right, never cached): how long it waited."""
-            policy["users"] = {"prometheus": _hash(password)}  # a rotation, or a first check
+            policy["users"] = {"prometheus": bcrypt_hash(password)}  # a rotation, or a first check
             mark = len(counting.order)
             assert await checker.check(policy["users"], b"prometheus", password,
                                        client=client) is True
@@ -362,9 +321,8 @@ def test_a_distributed_flood_never_keeps_a_scraper_waiting_behind_it() -> None:
         assert await scrape(b"replica", "127.0.0.252") <= 1
         stop.set()
         await asyncio.gather(*flood)
-        checker.close()
 
-    asyncio.run(main())
+    with_checker(main, checkpw=counting)
 
 
 def test_headers_from_the_config_on_every_response() -> None:
@@ -377,7 +335,7 @@ def test_headers_from_the_config_on_every_response() -> None:
             assert r.headers["X-Frame-Options"] == "deny"
             assert r.headers["Strict-Transport-Security"] == "max-age=60"
 
-    run(Policy(users=USERS, headers=headers), scenario)
+    serve_policy(Policy(users=USERS, headers=headers), scenario)
 
 
 def test_rate_limit_token_bucket(clock: FakeClock) -> None:
@@ -395,7 +353,7 @@ def test_rate_limit_answers_429_but_not_on_health() -> None:
         assert codes == [200, 200, 429, 429]
         assert (await c.get("/health")).status == 200
 
-    run(Policy(rate=RateLimiter(interval=3600.0, burst=2)), scenario)
+    serve_policy(Policy(rate=RateLimiter(interval=3600.0, burst=2)), scenario)
 
 
 @pytest.mark.parametrize(("sans", "allowed", "ok"), [

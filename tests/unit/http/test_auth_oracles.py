@@ -6,24 +6,17 @@ most once a minute. Timing is compared as ratios measured in the same run, never
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import logging
 import statistics
 import time
-from collections.abc import Awaitable, Callable
 
 import bcrypt
 import pytest
 
-from podgpu.http.app import App, Response
 from podgpu.http.auth import AccessControl, Policy, RateLimiter
 from podgpu.http.authcheck import FAILURE_BURST, SUCCESS_CACHE_SIZE, BasicAuthChecker
-from tests.unit.http.loopback import Client, serving
-
-
-def _hash(pw: bytes, cost: int = 4) -> str:
-    return bcrypt.hashpw(pw, bcrypt.gensalt(cost)).decode()
+from tests.unit.http.auth_support import basic, bcrypt_hash, serve_policy, with_checker
+from tests.unit.http.loopback import Client
 
 
 class Recording:
@@ -37,38 +30,16 @@ class Recording:
         return bool(bcrypt.checkpw(password, hashed))
 
 
-def basic(user: str | bytes, password: str | bytes) -> dict[str, str]:
-    u = user.encode() if isinstance(user, str) else user
-    p = password.encode() if isinstance(password, str) else password
-    return {"Authorization": "Basic " + base64.b64encode(u + b":" + p).decode()}
-
-
-def run(policy: Policy, scenario: Callable[[Client, AccessControl], Awaitable[None]],
-        checker: BasicAuthChecker | None = None) -> None:
-    async def main() -> None:
-        app = App()
-        app.add_get("/metrics", lambda _r: Response.text(200, "metrics\n"))
-        access = AccessControl(policy, checker)
-        access.install(app)
-        async with serving(app) as (port, _guard):
-            await scenario(Client(port), access)
-        access.checker.close()
-
-    asyncio.run(main())
-
-
 @pytest.mark.parametrize("length", [1, 71, 72, 73, 200])
 def test_one_bcrypt_of_the_stored_cost_for_known_and_unknown_users(length: int) -> None:
     rec = Recording()
-    users = {"alice": _hash(b"right", cost=5)}
+    users = {"alice": bcrypt_hash(b"right", cost=5)}
 
-    async def main() -> None:
-        checker = BasicAuthChecker(checkpw=rec)
+    async def main(checker: BasicAuthChecker) -> None:
         for user in (b"alice", b"mallory"):
             assert await checker.check(users, user, b"p" * length, client=user.decode()) is False
-        checker.close()
 
-    asyncio.run(main())
+    with_checker(main, checkpw=rec)
     # the same call for both: the first 72 bytes at most, against a hash of cost 5
     assert rec.calls == [(min(length, 72), 5)] * 2
 
@@ -76,15 +47,13 @@ def test_one_bcrypt_of_the_stored_cost_for_known_and_unknown_users(length: int) 
 def test_a_password_over_72_bytes_whose_prefix_matches_is_refused_after_the_same_work() -> None:
     rec = Recording()
     long = b"x" * 73
-    users = {"alice": _hash(long[:72], cost=4)}
+    users = {"alice": bcrypt_hash(long[:72], cost=4)}
 
-    async def main() -> None:
-        checker = BasicAuthChecker(checkpw=rec)
+    async def main(checker: BasicAuthChecker) -> None:
         assert await checker.check(users, b"alice", long) is False
         assert await checker.check(users, b"alice", long[:72]) is True
-        checker.close()
 
-    asyncio.run(main())
+    with_checker(main, checkpw=rec)
     assert rec.calls == [(72, 4), (72, 4)]
 
 
@@ -93,10 +62,9 @@ def test_known_and_unknown_users_take_the_same_time_for_1_to_200_byte_passwords(
     ratio must stay near 1. Before: 1.1 ms against 70.6 ms for a 73-byte password. Measured in
     this process's CPU time (bcrypt runs on the checker's thread), so other processes competing
     for the cores (a loaded CI machine, parallel test workers) do not move the ratio."""
-    users = {"alice": _hash(b"right", cost=6)}
+    users = {"alice": bcrypt_hash(b"right", cost=6)}
 
-    async def main() -> dict[int, float]:
-        checker = BasicAuthChecker()
+    async def main(checker: BasicAuthChecker) -> dict[int, float]:
         ratios = {}
         for length in (1, 72, 73, 200):
             times: dict[bytes, list[float]] = {b"alice": [], b"mallory": []}
@@ -108,19 +76,17 @@ def test_known_and_unknown_users_take_the_same_time_for_1_to_200_byte_passwords(
                     times[user].append(time.process_time() - t0)
             ratios[length] = statistics.median(times[b"alice"]) / statistics.median(
                 times[b"mallory"])
-        checker.close()
         return ratios
 
-    ratios = asyncio.run(main())
+    ratios = with_checker(main)
     # within noise; the defect this catches was a ratio of 0.016
     assert all(0.5 < r < 2.0 for r in ratios.values()), ratios
 
 
 def test_failures_are_throttled_per_client_but_a_verified_client_never() -> None:
-    users = {"prometheus": _hash(b"scrape"), "alice": _hash(b"right")}
+    users = {"prometheus": bcrypt_hash(b"scrape"), "alice": bcrypt_hash(b"right")}
 
-    async def main() -> None:
-        checker = BasicAuthChecker()
+    async def main(checker: BasicAuthChecker) -> None:
         assert await checker.check(users, b"prometheus", b"scrape", client="10.0.0.1")
         for i in range(FAILURE_BURST):  # a guesser on the scraper's own address
             assert await checker.check(users, b"alice", b"guess%d" % i, client="10.0.0.1") is False
@@ -132,30 +98,27 @@ def test_failures_are_throttled_per_client_but_a_verified_client_never() -> None
         # another address is not throttled by this one's failures
         assert await checker.check(users, b"alice", b"right", client="10.0.0.2") is True
         assert checker.failures == FAILURE_BURST
-        checker.close()
 
-    asyncio.run(main())
+    with_checker(main)
 
 
 def test_a_flood_of_wrong_passwords_cannot_evict_the_scrapers_cache_entry() -> None:
     rec = Recording()
-    users = {"prometheus": _hash(b"scrape")}
+    users = {"prometheus": bcrypt_hash(b"scrape")}
 
-    async def main() -> None:
-        checker = BasicAuthChecker(checkpw=rec)
+    async def main(checker: BasicAuthChecker) -> None:
         assert await checker.check(users, b"prometheus", b"scrape", client="p")
         for i in range(SUCCESS_CACHE_SIZE + 200):  # each from its own address: no throttle
             assert await checker.check(users, b"prometheus", b"w%d" % i, client=f"a{i}") is False
         before = len(rec.calls)
         assert await checker.check(users, b"prometheus", b"scrape", client="p")
         assert len(rec.calls) == before  # still cached: no bcrypt, no 429
-        checker.close()
 
-    asyncio.run(main())
+    with_checker(main, checkpw=rec)
 
 
 def test_rate_limit_is_per_client_and_charged_after_auth() -> None:
-    users = {"prometheus": _hash(b"scrape")}
+    users = {"prometheus": bcrypt_hash(b"scrape")}
 
     async def scenario(c: Client, access: AccessControl) -> None:
         # anonymous requests are refused by auth and spend nothing
@@ -166,7 +129,7 @@ def test_rate_limit_is_per_client_and_charged_after_auth() -> None:
         assert codes == [200, 200, 429, 429]
         assert access.rate_limited == 2 and access.unauthorized == 20
 
-    run(Policy(users=users, rate=RateLimiter(interval=3600.0, burst=2)), scenario)
+    serve_policy(Policy(users=users, rate=RateLimiter(interval=3600.0, burst=2)), scenario)
 
 
 def test_rate_limiter_keeps_one_bucket_per_client_and_a_bounded_number() -> None:
@@ -181,7 +144,7 @@ def test_rate_limiter_keeps_one_bucket_per_client_and_a_bounded_number() -> None
 
 def test_failed_attempts_are_counted_and_logged_at_most_once_a_minute(
         caplog: pytest.LogCaptureFixture) -> None:
-    users = {"alice": _hash(b"right")}
+    users = {"alice": bcrypt_hash(b"right")}
 
     async def scenario(c: Client, access: AccessControl) -> None:
         for i in range(6):
@@ -190,7 +153,7 @@ def test_failed_attempts_are_counted_and_logged_at_most_once_a_minute(
         assert access.counters()["auth_failures"] == 7
 
     with caplog.at_level(logging.WARNING, logger="podgpu.http.auth"):
-        run(Policy(users=users), scenario)
+        serve_policy(Policy(users=users), scenario)
     lines = [r.getMessage() for r in caplog.records if "basic auth failed" in r.getMessage()]
     assert len(lines) == 1, lines
     assert "127.0.0.1" in lines[0]
