@@ -1,7 +1,7 @@
 """AWS stand-ins for the EMF tests: a real CloudWatch Logs emulator and a fault proxy.
 
-* `moto_url`: moto in server mode (`python -m moto.server`), a separate process on loopback with a
-  free port; podgpu reaches it with boto3 over real HTTP. Each test uses its own log stream, so one
+* `moto_url`: moto in server mode (`python -m moto.server`, started by `moto_server`), a separate
+  process on loopback with a free port; podgpu reaches it with boto3 over real HTTP. Each test uses its own log stream, so one
   server serves a whole module.
 * `podgpu_env()`: the environment for a podgpu subprocess, with dummy credentials and every other
   AWS_* variable removed, so a developer's real credentials or profile are never used and the test
@@ -23,6 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,15 @@ def podgpu_env(**extra: str) -> dict[str, str]:
     return {**env, **CREDS, "PYTHONPATH": str(ROOT / "src"), **extra}
 
 
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
+@contextmanager
+def moto_server(**env: str) -> Iterator[str]:
+    """moto in server mode on a free loopback port, `env` added to its environment; its URL once
+    it listens, and it is stopped afterwards."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=podgpu_env())
+                            env=podgpu_env(**env))
+
     def listening() -> bool:
         assert proc.poll() is None, f"moto exited {proc.returncode}"
         try:
@@ -59,10 +63,18 @@ def moto_url() -> Iterator[str]:
         except OSError:
             return False
 
-    wait_for(listening, timeout=30, what="moto's port", interval=0.1)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(10)
+    try:
+        wait_for(listening, timeout=30, what="moto's port", interval=0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def moto_url() -> Iterator[str]:
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture

@@ -4,9 +4,6 @@ credential chain, SigV4 signer and endpoint rules, against moto server over real
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -15,8 +12,7 @@ import pytest
 from podgpu.errors import ConfigError
 from podgpu.sinks.cloudwatch.destinations import CloudWatchDestination, SendError
 from podgpu.sinks.cloudwatch.logsapi import LogsApi, error_code
-from tests.conftest import wait_for
-from tests.integration.aws_fakes import aws_env, free_port, moto_url, podgpu_env, read_events
+from tests.integration.aws_fakes import aws_env, free_port, moto_server, moto_url, read_events
 
 __all__ = ["aws_env", "moto_url"]  # fixtures
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("aws_env")]
@@ -115,22 +111,7 @@ def moto_with_auth(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[
     that user's key."""
     import boto3
 
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=podgpu_env(INITIAL_NO_AUTH_ACTION_COUNT="3"))
-    url = f"http://127.0.0.1:{port}"
-
-    def listening() -> bool:
-        assert proc.poll() is None, f"moto exited {proc.returncode}"
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return True
-        except OSError:
-            return False
-
-    wait_for(listening, timeout=30, what="moto's port", interval=0.1)
-    try:
+    with moto_server(INITIAL_NO_AUTH_ACTION_COUNT="3") as url:
         iam = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
                                     region_name="us-east-1").client("iam", endpoint_url=url)
         iam.create_user(UserName="node")
@@ -140,9 +121,6 @@ def moto_with_auth(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[
             "Statement": [{"Effect": "Allow", "Action": "logs:*", "Resource": "*"}]}))
         yield url, {"AWS_ACCESS_KEY_ID": key["AccessKeyId"],
                     "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_the_signature_is_what_aws_checks(moto_with_auth: tuple[str, dict[str, str]],
