@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -329,7 +330,10 @@ def sequential(port: int, n: int) -> tuple[dict[str, float], int]:
     return summarize(lat, wall), client.connects
 
 
-def concurrent(port: int, n: int, clients: int) -> tuple[dict[str, float], int]:
+def concurrent(port: int, n: int, clients: int,
+               client_for: Callable[[int], HttpClient] = HttpClient) -> tuple[dict[str, float], int]:
+    """`clients` keep-alive clients (`client_for(port)`), each connected once before the clock
+    starts, `n` scrapes in all; the summary and the connections they made."""
     per = max(1, n // clients)
     lats: list[list[float]] = [[] for _ in range(clients)]
     conns = [0] * clients
@@ -337,7 +341,7 @@ def concurrent(port: int, n: int, clients: int) -> tuple[dict[str, float], int]:
     barrier = threading.Barrier(clients + 1)
 
     def worker(i: int) -> None:
-        client = HttpClient(port)
+        client = client_for(port)
         try:
             client.get()  # connect and warm this connection before the clock starts
             barrier.wait()

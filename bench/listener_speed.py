@@ -21,12 +21,11 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.bench_core import HOST, HttpClient, check, cpu_sched_seconds, memory, summarize
+from bench.bench_core import HOST, HttpClient, concurrent, cpu_sched_seconds, memory
 from tests.harness import free_port
 from tests.tlsutil import Pki
 
@@ -43,44 +42,6 @@ class TlsClient(HttpClient):
             self.sock = self.context.wrap_socket(raw, server_hostname=HOST)
             self.connects += 1
         return super().get()
-
-
-def eight_clients(port: int, scrapes: int, tls: bool) -> dict[str, float]:
-    """8 keep-alive clients, each connected (and its handshake done) before the clock starts."""
-    per = scrapes // 8
-    lats: list[list[float]] = [[] for _ in range(8)]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(9)
-
-    def worker(i: int) -> None:
-        client = TlsClient(port) if tls else HttpClient(port)
-        try:
-            client.get()
-            barrier.wait()
-            for _ in range(per):
-                t0 = time.perf_counter()
-                status, body = client.get()
-                lats[i].append(time.perf_counter() - t0)
-                check(status, body)
-            if client.connects != 1:
-                raise RuntimeError(f"{client.connects} connections, not one")
-        except BaseException as exc:  # raised below
-            errors.append(exc)
-            barrier.abort()
-        finally:
-            client.close()
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"a scrape failed: {errors[0]!r}")
-    return summarize([x for lat in lats for x in lat], wall)
 
 
 def serve(src: str, port: int, web_config: Path | None) -> subprocess.Popen[bytes]:
@@ -111,7 +72,10 @@ def measure(src: str, scrapes: int, web_config: Path | None) -> dict[str, Any]:
     try:
         wait_ready(port, web_config is not None)
         cpu0 = cpu_sched_seconds(proc.pid)
-        summary = eight_clients(port, scrapes, web_config is not None)
+        summary, connects = concurrent(port, scrapes, 8,
+                                       TlsClient if web_config is not None else HttpClient)
+        if connects != 8:  # each client's handshake happened once, before the clock
+            raise RuntimeError(f"{connects} connections for 8 clients, not one each")
         cpu = cpu_sched_seconds(proc.pid) - cpu0
         return {**summary,
                 "server_cpu_ms_per_scrape": cpu / summary["scrapes"] * 1e3,
