@@ -1,7 +1,8 @@
 """A real kubelet PodResources v1 gRPC server on a unix socket, for tests.
 
 Serves whatever pods the test sets, can fail `List` with a chosen status, and can be stopped
-(socket removed, as when the kubelet restarts) and started again on the same path.
+(socket removed, as when the kubelet restarts) and started again on the same path. `DEVICES` is
+the node whose GPUs the attribution tests give to those pods.
 """
 
 from __future__ import annotations
@@ -20,8 +21,19 @@ from typing import Any
 import grpc
 
 from podgpu.attribution import podresources_pb2 as pb
+from podgpu.model import Device
 from tests.conftest import wait_for as wait_for  # re-exported: the kubelet tests import it here
 from tests.integration import podresources_pb2_grpc as pb_grpc
+
+GPUS = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3)]
+MIG = "MIG-2ce7a541-c516-5dbc-a76e-26cc100d9b55"
+DEVICES = (
+    Device(0, GPUS[0], "00000000:18:00.0", "nvidia0", "NVIDIA H100"),
+    Device(1, GPUS[1], "00000000:2A:00.0", "nvidia1", "NVIDIA H100"),
+    Device(2, GPUS[2], "00000000:3A:00.0", "nvidia2", "NVIDIA H100", "1g.10gb", 5, MIG),
+)
+"""The node the attribution tests' kubelet serves: two whole H100s and a MIG 1g.10gb instance
+(minor 5) on a third."""
 
 
 @dataclass

@@ -9,17 +9,18 @@ import pytest
 
 from podgpu.attribution.attributor import KubeletAttributor, build_attributor
 from podgpu.attribution.kubeapi import KubeConfig
-from podgpu.model import Device
 from podgpu.settings import KubernetesSettings
-from tests.integration.kubelet_fake import FakeClaim, FakeContainer, FakeKubelet, FakePod, wait_for
-
-G = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3)]
-MIG = "MIG-2ce7a541-c516-5dbc-a76e-26cc100d9b55"
-DEVICES = (
-    Device(0, G[0], "00000000:18:00.0", "nvidia0", "NVIDIA H100"),
-    Device(1, G[1], "00000000:2A:00.0", "nvidia1", "NVIDIA H100"),
-    Device(2, G[2], "00000000:3A:00.0", "nvidia2", "NVIDIA H100", "1g.10gb", 5, MIG),
+from tests.integration.kubelet_fake import (
+    DEVICES,
+    GPUS,
+    MIG,
+    FakeClaim,
+    FakeContainer,
+    FakeKubelet,
+    FakePod,
+    wait_for,
 )
+
 DRIVER = "gpu.nvidia.com"
 
 
@@ -60,9 +61,9 @@ def test_dra_gpus_carry_pod_labels(dra_kubelet: FakeKubelet) -> None:
         held = sorted((x.device_key, x.container.pod, x.container.container, x.resource)
                       for x in allocs)
         assert held == [
-            (G[0], "train", "main", "dra/gpu.nvidia.com"),
-            (G[1], "pair", "a", "dra/gpu.nvidia.com"),
-            (G[1], "pair", "b", "dra/gpu.nvidia.com"),
+            (GPUS[0], "train", "main", "dra/gpu.nvidia.com"),
+            (GPUS[1], "pair", "a", "dra/gpu.nvidia.com"),
+            (GPUS[1], "pair", "b", "dra/gpu.nvidia.com"),
             (MIG, "mig", "m", "dra/gpu.nvidia.com"),
         ]
     finally:

@@ -12,19 +12,12 @@ from podgpu.attribution.attributor import KubeletAttributor, build_attributor
 from podgpu.attribution.base import Attribution
 from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.errors import ConfigError
-from podgpu.model import ContainerRef, Device, GpuProcess
+from podgpu.model import ContainerRef, GpuProcess
 from podgpu.settings import KubernetesSettings
 from tests.integration.kube_api_fake import FakeKubeApi, pod
-from tests.integration.kubelet_fake import FakeKubelet, gpu_pod, wait_for
+from tests.integration.kubelet_fake import DEVICES, GPUS, MIG, FakeKubelet, gpu_pod, wait_for
 
 PROC = Path(__file__).resolve().parents[1] / "fixtures" / "proc"
-G = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3)]
-MIG = "MIG-2ce7a541-c516-5dbc-a76e-26cc100d9b55"
-DEVICES = (
-    Device(0, G[0], "00000000:18:00.0", "nvidia0", "NVIDIA H100"),
-    Device(1, G[1], "00000000:2A:00.0", "nvidia1", "NVIDIA H100"),
-    Device(2, G[2], "00000000:3A:00.0", "nvidia2", "NVIDIA H100", "1g.10gb", 5, MIG),
-)
 # pod UIDs and container ids of the fixture tree (tests/fixtures/proc/README.md)
 UID_4101 = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
 CID_4101 = "3f1e0a3b1c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7"
@@ -55,11 +48,11 @@ def make(sock: str, api: FakeKubeApi | None, poll_interval: float = 0.05,
 
 def processes() -> tuple[GpuProcess, ...]:
     return (
-        GpuProcess(G[0], 4101, 8 << 30, 70.0),   # ml/train main
-        GpuProcess(G[1], 4103, 2 << 30, 20.0),   # inference/infer-a server
-        GpuProcess(G[1], 4105, 1 << 30, 10.0),   # a pod the API does not know
-        GpuProcess(G[1], 4104, 1 << 20, None),   # host daemon
-        GpuProcess(G[1], 4199, 1 << 20, 1.0),    # exited before /proc was read
+        GpuProcess(GPUS[0], 4101, 8 << 30, 70.0),   # ml/train main
+        GpuProcess(GPUS[1], 4103, 2 << 30, 20.0),   # inference/infer-a server
+        GpuProcess(GPUS[1], 4105, 1 << 30, 10.0),   # a pod the API does not know
+        GpuProcess(GPUS[1], 4104, 1 << 20, None),   # host daemon
+        GpuProcess(GPUS[1], 4199, 1 << 20, 1.0),    # exited before /proc was read
     )
 
 
@@ -77,9 +70,9 @@ def settle(a: KubeletAttributor, cond: object, timeout: float = 3.0) -> Attribut
 def test_allocations_and_processes_joined(kubelet: FakeKubelet, api: FakeKubeApi,
                                           sock: str) -> None:
     kubelet.set_pods([
-        gpu_pod("ml", "train", "main", "nvidia.com/gpu", G[0]),
-        gpu_pod("inference", "infer-a", "server", "nvidia.com/gpu", f"{G[1]}::0"),
-        gpu_pod("inference", "infer-b", "server", "nvidia.com/gpu", f"{G[1]}::1"),
+        gpu_pod("ml", "train", "main", "nvidia.com/gpu", GPUS[0]),
+        gpu_pod("inference", "infer-a", "server", "nvidia.com/gpu", f"{GPUS[1]}::0"),
+        gpu_pod("inference", "infer-b", "server", "nvidia.com/gpu", f"{GPUS[1]}::1"),
         gpu_pod("ml", "mig", "w", "nvidia.com/mig-1g.10gb", f"{MIG}::2"),
     ])
     a = make(sock, api, pod_uid=True, pod_labels=True,
@@ -89,7 +82,7 @@ def test_allocations_and_processes_joined(kubelet: FakeKubelet, api: FakeKubeApi
                    and r.processes[1].container.pod == "infer-a")
         assert r.status.ok and r.errors == ()
         assert [(x.device_key, x.container.pod, x.replica) for x in r.allocations] == [
-            (G[0], "train", None), (G[1], "infer-a", 0), (G[1], "infer-b", 1), (MIG, "mig", 2)]
+            (GPUS[0], "train", None), (GPUS[1], "infer-a", 0), (GPUS[1], "infer-b", 1), (MIG, "mig", 2)]
         train = r.allocations[0].container
         assert train == ContainerRef("ml", "train", "main", UID_4101,
                                      (("app_kubernetes_io_name", "trainer"),))
@@ -113,7 +106,7 @@ def test_allocations_follow_the_kubelet_and_drop_when_it_goes(
         r = settle(a, lambda r: r.status.ok)
         assert r.allocations == ()
         calls = kubelet.calls
-        kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", G[0])])
+        kubelet.set_pods([gpu_pod("ml", "train", "main", "nvidia.com/gpu", GPUS[0])])
         settle(a, lambda r: len(r.allocations) == 1)
         # polled in the background: the first List after the change is what attribute() serves
         # (one may have been in flight during the change, one more may end while this checks)
@@ -142,7 +135,7 @@ def test_allocations_follow_the_kubelet_and_drop_when_it_goes(
 
 
 def test_renamed_resource_needs_the_flag(kubelet: FakeKubelet, sock: str) -> None:
-    kubelet.set_pods([gpu_pod("ml", "s", "c", "nvidia.com/gpu.shared", f"{G[1]}::0")])
+    kubelet.set_pods([gpu_pod("ml", "s", "c", "nvidia.com/gpu.shared", f"{GPUS[1]}::0")])
     plain = make(sock, None)
     listed = make(sock, None, resource_names=("nvidia.com/gpu.shared", "nvidia.com/a100"))
     try:
@@ -159,7 +152,7 @@ def test_device_name_ids(kubelet: FakeKubelet, sock: str) -> None:
     a = make(sock, None, gpu_id_type="device-name")
     try:
         r = settle(a, lambda r: len(r.allocations) == 2)
-        assert [(x.device_key, x.replica) for x in r.allocations] == [(G[0], 3), (MIG, None)]
+        assert [(x.device_key, x.replica) for x in r.allocations] == [(GPUS[0], 3), (MIG, None)]
     finally:
         a.close()
 
