@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 
 from tests.conftest import http_get, wait_for
 from tests.integration.aws_fakes import free_port, podgpu_env
+from tests.integration.test_emf_bridge import Exporter
 from tests.unit.sinks.cloudwatch import agent_oracle as oracle
 
 pytestmark = pytest.mark.integration
@@ -143,38 +143,17 @@ def test_a_serve_whose_port_is_taken_sends_nothing() -> None:
     assert res.stdout == ""  # no event of the open interval was flushed
 
 
-class Burst:
+def burst(n: int) -> Exporter:
     """An exporter of `n` unlabelled gauges whose values change on every scrape."""
-
-    def __init__(self, n: int) -> None:
-        self.scrapes = 0
-        burst = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                burst.scrapes += 1
-                k = burst.scrapes
-                body = "".join(f"# TYPE burst_gauge_{i:04d} gauge\nburst_gauge_{i:04d} "
-                               f"{(i * 7919 + k * 104729) % 100003 / 7}\n" for i in range(n))
-                data = body.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    return Exporter(lambda k: "".join(f"# TYPE burst_gauge_{i:04d} gauge\nburst_gauge_{i:04d} "
+                                      f"{(i * 7919 + k * 104729) % 100003 / 7}\n"
+                                      for i in range(n)))
 
 
 def test_burst_of_unmatched_changing_series_is_split_and_delivery_continues(
         tmp_path: Path) -> None:
     n = 3000
-    exporter = Burst(n)
+    exporter = burst(n)
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "podgpu", "emf", "--scrape", exporter.url, "--scrape-interval",

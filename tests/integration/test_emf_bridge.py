@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -44,16 +44,21 @@ pytestmark = pytest.mark.integration
 
 
 class Exporter:
-    """A real HTTP server on loopback serving a fixed exposition, stoppable mid-test."""
+    """A real HTTP server on loopback serving an exposition, stoppable mid-test: a fixed text, or
+    `body(k)` for its k-th scrape (counted in `scrapes`)."""
 
-    def __init__(self, body: str) -> None:
-        data = body.encode()
+    def __init__(self, body: str | Callable[[int], str]) -> None:
+        self.scrapes = 0
+        fixed, render = (body.encode(), None) if isinstance(body, str) else (b"", body)
+        exporter = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
                 pass
 
             def do_GET(self) -> None:
+                exporter.scrapes += 1
+                data = fixed if render is None else render(exporter.scrapes).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(data)))
