@@ -23,7 +23,7 @@ from podgpu.sinks.prometheus.labels import LabelOptions
 from podgpu.sinks.prometheus.source import render_sources
 from tests.conftest import free_port, wait_for
 from tests.fakes.churn_node import ChurnNode, Gpu, Pod, Totals, expected, schedule
-from tests.integration.prometheus_peer import ensure_installed, prometheus_ready
+from tests.integration.prometheus_peer import ensure_installed, prometheus_ready, stop_prometheus
 
 DAY_START = dt.datetime(2026, 11, 30, tzinfo=dt.UTC).timestamp()
 HOURS = 24.0
@@ -50,11 +50,7 @@ class Day:
     proc: subprocess.Popen[str]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_prometheus(self.proc)
 
 
 def scrape_series() -> tuple[dict[Key, list[tuple[float, float]]], list[Pod]]:

@@ -41,6 +41,15 @@ def prometheus_ready(proc: subprocess.Popen[str], url: str) -> bool:
         return False
 
 
+def stop_prometheus(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, and SIGKILL if Prometheus has not exited 15 s later."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 class Prometheus:
     def __init__(self, workdir: Path, targets: list[str], interval: str = "1s", *,
                  scrape_configs: str | None = None) -> None:
@@ -75,8 +84,4 @@ class Prometheus:
         return doc["data"]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_prometheus(self.proc)
