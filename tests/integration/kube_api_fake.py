@@ -201,67 +201,67 @@ class FakeKubeApi:
                 if url.path != "/api/v1/pods":
                     self._json(404, {"kind": "Status", "code": 404})
                     return
-                if api.fail_status is not None:
-                    self._json(api.fail_status, {"kind": "Status", "code": api.fail_status,
-                                                 "message": "injected"})
+                if self._injected(api.fail_status):
                     return
                 node = qs.get("fieldSelector", [""])[0].removeprefix("spec.nodeName=")
                 if qs.get("watch") == ["true"]:
-                    since = int(qs.get("resourceVersion", ["0"])[0] or 0)
-                    if since < api.gone_below:
-                        self._json(410, {"kind": "Status", "code": 410, "reason": "Expired",
-                                         "message": f"too old resource version: {since}"})
-                        return
-                    self._watch(node, since, float(qs.get("timeoutSeconds", ["30"])[0]))
+                    self._watch(qs, api.events, api._watchers,
+                                lambda obj: obj["spec"]["nodeName"] == node)
                     return
                 with api.lock:
-                    items = [p for p in api.pods.values() if p["spec"]["nodeName"] == node]
-                    meta: dict[str, Any] = {"resourceVersion": str(api.rv)}
-                    limit = int(qs.get("limit", ["0"])[0] or 0)
-                    if limit > 0:  # pages, as the API server serves `limit` and `continue`
-                        start = int(qs.get("continue", ["0"])[0] or 0)
-                        if start + limit < len(items):
-                            meta["continue"] = str(start + limit)
-                            meta["remainingItemCount"] = len(items) - start - limit
-                        items = items[start:start + limit]
-                    body = {"kind": "PodList", "apiVersion": "v1", "metadata": meta,
-                            "items": items}
+                    body = self._list("PodList", qs, [p for p in api.pods.values()
+                                                      if p["spec"]["nodeName"] == node])
                 self._json(200, body)
 
             def _services(self, qs: dict[str, list[str]]) -> None:
                 """The cluster's Services: a list in pages (`limit`, `continue`) or a watch."""
-                if api.fail_services is not None:
-                    self._json(api.fail_services, {"kind": "Status", "code": api.fail_services,
-                                                   "message": "injected"})
+                if self._injected(api.fail_services):
                     return
                 if qs.get("watch") == ["true"]:
-                    since = int(qs.get("resourceVersion", ["0"])[0] or 0)
-                    if since < api.gone_below:
-                        self._json(410, {"kind": "Status", "code": 410, "reason": "Expired",
-                                         "message": f"too old resource version: {since}"})
-                        return
-                    self._stream(api.service_events, api._service_watchers, since,
-                                 float(qs.get("timeoutSeconds", ["30"])[0]), lambda o: True)
+                    self._watch(qs, api.service_events, api._service_watchers, lambda o: True)
                     return
                 with api.lock:
-                    items = sorted(api.services.values(), key=lambda s: (
-                        s["metadata"]["namespace"], s["metadata"]["name"]))
-                    meta: dict[str, Any] = {"resourceVersion": str(api.rv)}
-                    limit = int(qs.get("limit", ["0"])[0] or 0)
-                    if limit > 0:
-                        start = int(qs.get("continue", ["0"])[0] or 0)
-                        if start + limit < len(items):
-                            meta["continue"] = str(start + limit)
-                            meta["remainingItemCount"] = len(items) - start - limit
-                        items = items[start:start + limit]
-                self._json(200, {"kind": "ServiceList", "apiVersion": "v1", "metadata": meta,
-                                 "items": items})
+                    body = self._list("ServiceList", qs, sorted(
+                        api.services.values(),
+                        key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"])))
+                self._json(200, body)
+
+            def _injected(self, code: int | None) -> bool:
+                """Answers the injected failure `code`, if one is set; whether it did."""
+                if code is None:
+                    return False
+                self._json(code, {"kind": "Status", "code": code, "message": "injected"})
+                return True
+
+            def _list(self, kind: str, qs: dict[str, list[str]],
+                      items: list[dict[str, Any]]) -> dict[str, Any]:
+                """A list at the current resourceVersion (call under `api.lock`), in pages as the
+                API server serves `limit` and `continue`."""
+                meta: dict[str, Any] = {"resourceVersion": str(api.rv)}
+                limit = int(qs.get("limit", ["0"])[0] or 0)
+                if limit > 0:
+                    start = int(qs.get("continue", ["0"])[0] or 0)
+                    if start + limit < len(items):
+                        meta["continue"] = str(start + limit)
+                        meta["remainingItemCount"] = len(items) - start - limit
+                    items = items[start:start + limit]
+                return {"kind": kind, "apiVersion": "v1", "metadata": meta, "items": items}
+
+            def _watch(self, qs: dict[str, list[str]], events: list[tuple[int, dict[str, Any]]],
+                       watchers: list[queue.Queue[dict[str, Any] | None]],
+                       wanted: Callable[[dict[str, Any]], bool]) -> None:
+                """A watch from `resourceVersion`, or 410 Gone for one older than `gone_below`."""
+                since = int(qs.get("resourceVersion", ["0"])[0] or 0)
+                if since < api.gone_below:
+                    self._json(410, {"kind": "Status", "code": 410, "reason": "Expired",
+                                     "message": f"too old resource version: {since}"})
+                    return
+                self._stream(events, watchers, since, float(qs.get("timeoutSeconds", ["30"])[0]),
+                             wanted)
 
             def _configmap(self, ns: str, name: str) -> None:
                 """GET one ConfigMap (`-m NAMESPACE:NAME`); 403 when `forbidden`."""
-                if api.fail_status is not None:
-                    self._json(api.fail_status, {"kind": "Status", "code": api.fail_status,
-                                                 "message": "injected"})
+                if self._injected(api.fail_status):
                     return
                 with api.lock:
                     data = api.configmaps.get((ns, name))
@@ -286,10 +286,6 @@ class FakeKubeApi:
             def _chunk(self, data: bytes) -> None:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
-
-            def _watch(self, node: str, since: int, timeout: float) -> None:
-                self._stream(api.events, api._watchers, since, timeout,
-                             lambda obj: obj["spec"]["nodeName"] == node)
 
             def _stream(self, events: list[tuple[int, dict[str, Any]]],
                         watchers: list[queue.Queue[dict[str, Any] | None]], since: int,
