@@ -86,12 +86,17 @@ def closed(schema: Any) -> Any:
     return schema
 
 
-def servicemonitor_validator() -> jsonschema.Draft7Validator:
-    vendored = json.loads((SCHEMAS / "servicemonitor-v0.93.0.json").read_text())
-    assert vendored["version"] == "0.93.0" and vendored["kind"] == "ServiceMonitor"
+def crd_validator(vendored: dict[str, Any]) -> jsonschema.Draft7Validator:
+    """A validator for objects of a vendored CRD (its `openAPIV3Schema`, `closed`)."""
     schema = closed(vendored["openAPIV3Schema"])
     schema["properties"]["metadata"] = {"type": "object"}  # ObjectMeta: checked by kubectl/k8s
     return jsonschema.Draft7Validator(schema)
+
+
+def servicemonitor_validator() -> jsonschema.Draft7Validator:
+    vendored = json.loads((SCHEMAS / "servicemonitor-v0.93.0.json").read_text())
+    assert vendored["version"] == "0.93.0" and vendored["kind"] == "ServiceMonitor"
+    return crd_validator(vendored)
 
 
 def test_servicemonitor_matches_the_prometheus_operator_crd() -> None:
