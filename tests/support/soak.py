@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from podgpu.sim.backend import MODELS, SimulatedBackend
-from tests.harness import ROOT, free_port
+from tests.harness import ROOT, free_port, proc_sample
 from tests.integration.kubelet_fake import FakeContainer, FakeKubelet, FakePod, socket_path
 
 
@@ -64,20 +64,6 @@ class Result:
     """Scrapes that showed pod labels at all (the stale-series check is vacuous without them)."""
     commit: str = ""
     verdict: dict[str, object] = field(default_factory=dict)
-
-
-def proc_status(pid: int) -> tuple[int, int, int]:
-    """(VmRSS KiB, threads, open fds) of a live process, from /proc."""
-    rss = threads = 0
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1])
-            elif line.startswith("Threads:"):
-                threads = int(line.split()[1])
-    return rss, threads, len(os.listdir(f"/proc/{pid}/fd"))
-
-
 
 
 class Churn:
@@ -211,10 +197,10 @@ def run_soak(*, duration: float, sample_every: float = 10.0, churn_every: float 
                         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
                 if now >= next_sample:
                     next_sample += sample_every
-                    rss, threads, fds = proc_status(proc.pid)
-                    res.samples.append(Sample(round(now - t0, 1), rss, fds, threads, series,
-                                              res.scrapes, res.failed_scrapes,
-                                              len(churn.current)))
+                    p = proc_sample(proc.pid)
+                    res.samples.append(Sample(round(now - t0, 1), int(p["rss_kib"]), int(p["fds"]),
+                                              int(p["threads"]), series, res.scrapes,
+                                              res.failed_scrapes, len(churn.current)))
                     if progress:
                         print(json.dumps(asdict(res.samples[-1])), flush=True)
                 time.sleep(max(0.0, min(next_scrape, next_sample, next_churn)
