@@ -11,11 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from podgpu.attribution.kubelet import MAX_RECEIVE_BYTES, PodResourcesClient
+from podgpu.attribution.kubelet import MAX_RECEIVE_BYTES, PodResourcesClient, PodResourcesState
 from tests.integration.kubelet_fake import FakeKubelet, gpu_pod
 from tests.integration.kubelet_hostile import HostileKubelet
 
 U = "GPU-0a1b2c3d-1111-2222-3333-444455556666"
+
+
+def poll_and_close(kubelet: HostileKubelet, timeout: float) -> PodResourcesState:
+    """One List from a client with a `timeout` s deadline; the client and `kubelet` are closed
+    after."""
+    client = PodResourcesClient(kubelet.path, timeout_seconds=timeout)
+    try:
+        return client.poll_once()
+    finally:
+        client.close()
+        kubelet.close()
 
 
 def test_a_length_prefix_over_the_limit_ends_the_call_before_the_message(tmp_path: Path) -> None:
@@ -49,12 +60,7 @@ def test_an_answer_that_is_not_a_pod_list_is_named(tmp_path: Path, message: byte
                                                    why: str) -> None:
     kubelet = HostileKubelet(str(tmp_path / "k.sock"), "message")
     kubelet.message = message
-    client = PodResourcesClient(kubelet.path, timeout_seconds=10)
-    try:
-        state = client.poll_once()
-    finally:
-        client.close()
-        kubelet.close()
+    state = poll_and_close(kubelet, 10)
     assert not state.ok and state.errors == 1 and state.entries == ()
     assert state.reason.startswith(f"List failed: INTERNAL: {why}"), state.reason
     assert kubelet.calls == 1
@@ -62,12 +68,7 @@ def test_an_answer_that_is_not_a_pod_list_is_named(tmp_path: Path, message: byte
 
 def test_a_trickled_answer_ends_at_the_list_deadline(tmp_path: Path) -> None:
     kubelet = HostileKubelet(str(tmp_path / "k.sock"), "trickle")
-    client = PodResourcesClient(kubelet.path, timeout_seconds=1.0)
-    try:
-        state = client.poll_once()
-    finally:
-        client.close()
-        kubelet.close()
+    state = poll_and_close(kubelet, 1.0)
     assert state.reason == "List failed: DEADLINE_EXCEEDED: Deadline exceeded"
     assert kubelet.sent >= 1  # it was trickling when the deadline ended the call
 
