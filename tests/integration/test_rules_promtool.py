@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -92,13 +93,19 @@ def test_the_unit_tests_catch_a_broken_rule(tmp_path: Path, mutation: tuple[str,
     assert r.returncode != 0 and "FAILED" in r.stdout + r.stderr, r.stdout
 
 
-def test_prometheusrule_matches_the_prometheus_operator_crd() -> None:
+def prometheusrule_validator() -> Any:
+    """A validator for PrometheusRule objects: the vendored CRD schema (prometheus-operator
+    v0.93.0), closed to unknown fields."""
     import json
 
     from tests.deploy.test_manifests import crd_validator
 
-    validator = crd_validator(json.loads(
+    return crd_validator(json.loads(
         (ROOT / "tests" / "integration" / "schemas" / "prometheusrule-v0.93.0.json").read_text()))
+
+
+def test_prometheusrule_matches_the_prometheus_operator_crd() -> None:
+    validator = prometheusrule_validator()
     doc = yaml.safe_load((PROM_DIR / "podgpu-rules.yaml").read_text())
     assert [e.message for e in validator.iter_errors(doc)] == []
     doc["spec"]["groups"][1]["rules"][0]["for_"] = "5m"  # a misspelling the schema must refuse
