@@ -100,7 +100,8 @@ def assert_lost(m: dict[str, list[Any]], uuid: str, pod: str | None) -> None:
     health = {s.labels["health_watch"]: s for s in of(m, "DCGM_EXP_GPU_HEALTH_STATUS", uuid)}
     assert health["ALL"].value == 20 and health["ALL"].labels["health_error_code"] == \
         "DCGM_FR_FALLEN_OFF_BUS"
-    assert health["PCIE"].value == 20
+    # DCGM 4.5.3 puts XID 79 on ALL only (DcgmHealthWatch.cpp, BuildXidMappings)
+    assert health["PCIE"].value == 0
     counts = of(m, "DCGM_EXP_XID_ERRORS_COUNT_total", uuid)  # the parser appends _total
     assert [(s.labels.get("xid"), s.value) for s in counts] == [("79", 1)]
     assert of(m, "DCGM_FI_DEV_GPU_UTIL", uuid) == []  # nothing to read on a lost GPU

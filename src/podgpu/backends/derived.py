@@ -2,20 +2,28 @@
 
 dcgm-exporter reads both from the DCGM host engine (health watches, `GetNvLinkP2PStatus`).
 Without DCGM, health is derived per GPU from fields podgpu reads anyway, on every backend the
-same way (the mapping table is in docs/compatibility.md):
+same way, by the rules of the health module of DCGM 4.5.3 (the DCGM that dcgm-exporter
+4.5.3-4.8.2 ships; `modules/health/DcgmHealthWatch.cpp` of github.com/NVIDIA/DCGM) where NVML
+gives the same signal; the table, and what differs from DCGM, are in docs/compatibility.md:
 
-- MEM: FAIL on a row-remap failure or XID 48/63/64/95 in the window; WARN on volatile DBEs,
-  pages pending retirement, uncorrectable remapped rows, or XID 94.
-- NVLINK: FAIL on XID 74; WARN on NVLink CRC-data or recovery errors.
+- XIDs in the window, by DCGM's XID table (`XID_RULES`): 48, 74, 79, 94, 95, 119, 120, 140 FAIL
+  on `ALL`; the others WARN on their watch (MEM 31, 32, 43, 63, 64; PCIE 38, 39, 42; THERMAL
+  60-62; POWER 54, 56-58, 78; NVLINK 67, 73, 121, 137; INFOROM 93). An XID not in the table
+  changes nothing, as in DCGM.
+- MEM: FAIL on volatile DBEs, 63 or more retired pages, or a row-remap failure; WARN on pages
+  pending retirement.
+- NVLINK: WARN on NVLink CRC-data or recovery errors.
 - THERMAL: WARN while a thermal clock event is active or the GPU is at its slowdown temperature.
 - POWER: WARN while the hardware power brake is active.
-- PCIE and ALL: FAIL on XID 79 (fallen off the bus); ALL: WARN on any other XID in the window
-  except the application XIDs 13, 31, 43, 45, 68.
-- SM, PMU, MCU, INFOROM, DRIVER: NVML has no signal for them; always PASS.
+- SM, PMU, MCU, DRIVER: NVML has no signal for them; always PASS.
 
 Values and labels are dcgm-exporter's: 0 PASS, 10 WARN, 20 FAIL; `health_watch` (11 per GPU) and
-`health_error_code` (a `DCGM_FR_*` name, DCGM_FR_OK when passing). A lost GPU keeps its health
-series with `ALL` FAIL (backends/lost.py).
+`health_error_code`, the `DCGM_FR_*` name as dcgm-exporter spells it (its names come from
+go-dcgm: `DCGM_FR_CLOCK_THROTTLE_THERMAL` for DCGM's CLOCKS_EVENT_THERMAL, code 10, and
+`DCGM_FR_CLOCK_THROTTLE_POWER` for CLOCKS_EVENT_POWER, code 12), DCGM_FR_OK when passing. Of
+two conditions on one watch the worse is shown (of equals the first: XIDs in ascending
+order, then the fields). A lost GPU keeps its health series with `ALL`
+FAIL (backends/lost.py).
 """
 
 from __future__ import annotations
@@ -32,10 +40,28 @@ P2P = "DCGM_EXP_P2P_STATUS"
 PASS, WARN, FAIL = 0, 10, 20
 WATCHES = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER",
            "ALL")
-APP_XIDS = frozenset({13, 31, 43, 45, 68})
-"""XIDs NVIDIA's catalog resolves as application errors (restart the app), not GPU health."""
-_MEM_FAIL_XIDS = {48: "DCGM_FR_DBE_VIOLATION", 63: "DCGM_FR_PENDING_ROW_REMAP",
-                  64: "DCGM_FR_ROW_REMAP_FAILURE", 95: "DCGM_FR_UNCONTAINED_ERROR"}
+XID = "DCGM_FR_XID_ERROR"
+XID_RULES: dict[int, tuple[str, int, str]] = {
+    **{x: ("ALL", FAIL, XID) for x in (48, 74, 94, 119, 120, 140)},
+    79: ("ALL", FAIL, "DCGM_FR_FALLEN_OFF_BUS"),
+    95: ("ALL", FAIL, "DCGM_FR_UNCONTAINED_ERROR"),
+    **{x: ("MEM", WARN, XID) for x in (31, 32, 43)},
+    63: ("MEM", WARN, "DCGM_FR_PENDING_PAGE_RETIREMENTS"),
+    64: ("MEM", WARN, "DCGM_FR_ROW_REMAP_FAILURE"),
+    **{x: ("PCIE", WARN, XID) for x in (38, 39)},
+    42: ("PCIE", WARN, "DCGM_FR_PCI_REPLAY_RATE"),
+    60: ("THERMAL", WARN, "DCGM_FR_CLOCK_THROTTLE_THERMAL"),
+    61: ("THERMAL", WARN, XID),
+    62: ("THERMAL", WARN, "DCGM_FR_THERMAL_VIOLATIONS"),
+    **{x: ("POWER", WARN, XID) for x in (54, 56, 58, 78)},
+    57: ("POWER", WARN, "DCGM_FR_CLOCK_THROTTLE_POWER"),
+    67: ("NVLINK", WARN, "DCGM_FR_NVLINK_ERROR_THRESHOLD"),
+    **{x: ("NVLINK", WARN, XID) for x in (73, 121, 137)},
+    93: ("INFOROM", WARN, "DCGM_FR_CORRUPT_INFOROM"),
+}
+"""XID -> (health_watch, level, health_error_code): DCGM 4.5.3's `BuildXidMappings`."""
+RETIRED_PAGES_LIMIT = 63
+"""DCGM_LIMIT_MAX_RETIRED_PAGES (DCGM's common/DcgmGPUHardwareLimits.h): SBE + DBE retired pages."""
 _THERMAL_BITS = 0x20 | 0x40  # sw_thermal, hw_thermal
 _POWER_BRAKE_BIT = 0x80
 # nvmlGpuP2PStatus_t order, which dcgm-exporter's link_status strings follow
@@ -66,22 +92,18 @@ def health(values: Mapping[str, Value], labeled: Iterable[LabeledValue]
         if level > out[watch][0]:
             out[watch] = (level, code)
 
-    xids = recent_xids(values, labeled)
-    if _num(values, "DCGM_FI_DEV_ROW_REMAP_FAILURE") > 0:
-        worse("MEM", FAIL, "DCGM_FR_ROW_REMAP_FAILURE")
-    for xid, code in _MEM_FAIL_XIDS.items():
-        if xid in xids:
-            worse("MEM", FAIL, code)
-    if 94 in xids:
-        worse("MEM", WARN, "DCGM_FR_XID_ERROR")
+    for xid in sorted(recent_xids(values, labeled)):  # among equals the first stays
+        if xid in XID_RULES:
+            worse(*XID_RULES[xid])
     if _num(values, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL") > 0:
-        worse("MEM", WARN, "DCGM_FR_VOLATILE_DBE_DETECTED")
+        worse("MEM", FAIL, "DCGM_FR_VOLATILE_DBE_DETECTED")
     if _num(values, "DCGM_FI_DEV_RETIRED_PENDING") > 0:
         worse("MEM", WARN, "DCGM_FR_PENDING_PAGE_RETIREMENTS")
-    if _num(values, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS") > 0:
-        worse("MEM", WARN, "DCGM_FR_UNCORRECTABLE_ROW_REMAP")
-    if 74 in xids:
-        worse("NVLINK", FAIL, "DCGM_FR_NVLINK_ERROR_CRITICAL")
+    if (_num(values, "DCGM_FI_DEV_RETIRED_SBE") + _num(values, "DCGM_FI_DEV_RETIRED_DBE")
+            >= RETIRED_PAGES_LIMIT):
+        worse("MEM", FAIL, "DCGM_FR_RETIRED_PAGES_LIMIT")
+    if _num(values, "DCGM_FI_DEV_ROW_REMAP_FAILURE") > 0:
+        worse("MEM", FAIL, "DCGM_FR_ROW_REMAP_FAILURE")
     if (_num(values, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL") > 0
             or _num(values, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL") > 0):
         worse("NVLINK", WARN, "DCGM_FR_NVLINK_ERROR_THRESHOLD")
@@ -89,14 +111,9 @@ def health(values: Mapping[str, Value], labeled: Iterable[LabeledValue]
     slowdown = _num(values, "DCGM_FI_DEV_SLOWDOWN_TEMP")
     if reasons & _THERMAL_BITS or (slowdown > 0 and _num(values, "DCGM_FI_DEV_GPU_TEMP")
                                    >= slowdown):
-        worse("THERMAL", WARN, "DCGM_FR_CLOCKS_EVENT_THERMAL")
+        worse("THERMAL", WARN, "DCGM_FR_CLOCK_THROTTLE_THERMAL")
     if reasons & _POWER_BRAKE_BIT:
-        worse("POWER", WARN, "DCGM_FR_CLOCKS_EVENT_POWER")
-    if 79 in xids:
-        worse("PCIE", FAIL, "DCGM_FR_FALLEN_OFF_BUS")
-        worse("ALL", FAIL, "DCGM_FR_FALLEN_OFF_BUS")
-    if xids - APP_XIDS - set(_MEM_FAIL_XIDS) - {74, 79, 94}:
-        worse("ALL", WARN, "DCGM_FR_XID_ERROR")
+        worse("POWER", WARN, "DCGM_FR_CLOCK_THROTTLE_POWER")
     return out
 
 

@@ -57,7 +57,8 @@ def test_fallen_off_the_bus_keeps_identity_xid_79_and_health_fail_until_it_retur
             assert xid_counts(gone) == {"79": 1}
             h = health(gone)
             assert h["ALL"] == (20, "DCGM_FR_FALLEN_OFF_BUS")
-            assert h["PCIE"] == (20, "DCGM_FR_FALLEN_OFF_BUS") and h["SM"][0] == 0
+            # DCGM 4.5.3 puts XID 79 on ALL only (DcgmHealthWatch.cpp, BuildXidMappings)
+            assert h["PCIE"] == (0, "DCGM_FR_OK") and h["SM"][0] == 0
             assert health(by[0])["ALL"][0] == 0  # the other GPU is fine
             assert r.lost[0][0] == "nvidia1"
             clock.advance(1.0)
@@ -87,5 +88,6 @@ def test_a_gpu_lost_with_another_error_shows_its_last_xid_and_fails_health() -> 
     assert gone.lost is not None and gone.values["DCGM_FI_DEV_XID_ERRORS"] == 48
     assert xid_counts(gone) == {"48": 1}
     h = health(gone)
-    assert h["ALL"] == (20, "DCGM_FR_XID_ERROR") and h["MEM"] == (20, "DCGM_FR_DBE_VIOLATION")
+    # DCGM 4.5.3: XID 48 is a "devastating" XID, FAIL on ALL only; MEM fails on the DBE count
+    assert h["ALL"] == (20, "DCGM_FR_XID_ERROR") and h["MEM"] == (0, "DCGM_FR_OK")
     assert h["PCIE"][0] == 0
