@@ -105,7 +105,7 @@ def test_error_codes_as_botocore_reads_them(header: str, body: object,
 
 
 @pytest.fixture
-def moto_with_auth(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, dict[str, str]]]:
+def moto_with_auth() -> Iterator[tuple[str, dict[str, str]]]:
     """A moto server that checks SigV4 signatures and IAM policies after its first 3 calls
     (INITIAL_NO_AUTH_ACTION_COUNT), which create an IAM user allowed logs:*; yields the URL and
     that user's key."""
