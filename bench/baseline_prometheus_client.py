@@ -50,9 +50,9 @@ class NaiveDcgmCollector(Collector):
         per_device = []
         for s in reading.samples:
             d = s.device
-            values = [str(d.index), d.uuid, d.pci_bus_id, d.device_name, d.model, self._hostname]
-            values += [str(s.values.get(n, "")) for n in self._label_fields]
-            per_device.append((values, s.values))
+            labels = [str(d.index), d.uuid, d.pci_bus_id, d.device_name, d.model, self._hostname]
+            labels += [str(s.values.get(n, "")) for n in self._label_fields]
+            per_device.append((labels, s.values))
         for row in self._metrics.metrics:
             cls = CounterMetricFamily if row.prom_type == "counter" else GaugeMetricFamily
             family = cls(row.name, row.help, labels=self._label_names)

@@ -172,7 +172,7 @@ def memory(pid: int) -> dict[str, float]:
 # --------------------------------------------------------------------------- body checks
 def dcgm_pairs(body: bytes) -> set[tuple[str, str]]:
     """(family name, gpu) for every DCGM_* sample; raises ValueError on a parse error."""
-    pairs = set()
+    pairs: set[tuple[str, str]] = set()
     for fam in text_string_to_metric_families(body.decode()):
         if fam.name.startswith("DCGM_"):
             pairs.update((fam.name, s.labels["gpu"]) for s in fam.samples if "gpu" in s.labels)

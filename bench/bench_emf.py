@@ -98,12 +98,12 @@ def official_documents(closed: ClosedWindow, namespace: str, dims: tuple[str, ..
         ctx = MetricsContext.empty()
         ctx.namespace = namespace
         ctx.set_dimensions([{d: labels[d] for d in dims}], use_default=False)
-        for k, v in labels.items():
+        for k, label in labels.items():
             if k not in dims:
-                ctx.set_property(k, v)
+                ctx.set_property(k, label)
         for name, values in metrics.items():
-            for v in values:
-                ctx.put_metric(name, v, units.get(name, "None"))
+            for value in values:
+                ctx.put_metric(name, value, units.get(name, "None"))
         ctx.meta["Timestamp"] = closed.timestamp_ms
         out.extend(LogSerializer.serialize(ctx))
     return out
@@ -178,10 +178,10 @@ def bench_bytes() -> dict[str, Any]:
     total = events = 0
     for _ in range(61):
         snap = collector.cycle()
-        closed = acc.add(snap.taken_at, builder.series(snap))
+        window = acc.add(snap.taken_at, builder.series(snap))
         clock.now += 1.0
-        if closed is not None:
-            docs = enc.encode(closed)
+        if window is not None:
+            docs = enc.encode(window)
             events += len(docs)
             total += sum(len(d.encode()) + 26 for d in docs)
     out["agent_path_1s_scrape_equivalent"] = {"events_per_minute": events,

@@ -119,7 +119,8 @@ def dump(doc: Any, kind: str, rng: random.Random) -> bytes:
     try:
         if kind == "json":
             return json.dumps(doc, allow_nan=True, default=str).encode()
-        return yaml.safe_dump(doc, allow_unicode=rng.random() < 0.5).encode("utf-8", "surrogatepass")
+        text: str = yaml.safe_dump(doc, allow_unicode=rng.random() < 0.5)
+        return text.encode("utf-8", "surrogatepass")
     except (ValueError, TypeError, yaml.YAMLError, RecursionError):
         return repr(doc).encode("utf-8", "surrogatepass")
 

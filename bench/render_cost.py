@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-try:
+if TYPE_CHECKING:  # this tree's module; the fallback below exists only in older ones
     from podgpu.sim.backend import MODELS, SimulatedBackend
-except ImportError:  # older trees: sim/ did not exist
-    from podgpu.backends.simulated import MODELS, SimulatedBackend  # type: ignore[no-redef]
+else:
+    try:
+        from podgpu.sim.backend import MODELS, SimulatedBackend
+    except ImportError:  # older trees: sim/ did not exist
+        from podgpu.backends.simulated import MODELS, SimulatedBackend
 from podgpu.collect import Collector
 from podgpu.fields.metriclist import load_default
 from podgpu.sinks.prometheus import RenderOptions, render
