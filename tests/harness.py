@@ -102,7 +102,7 @@ class PeakSampler:
 T = TypeVar("T")
 
 
-def wait_for(cond: Callable[[], T], timeout: float = 10.0, what: str = "condition",
+def wait_for(cond: Callable[[], T | None], timeout: float = 10.0, what: str = "condition",
              interval: float = 0.02) -> T:
     """Poll `cond` until it returns something true and return that; fail after `timeout` seconds
     naming `what`. The one polling helper of the tests and benches: a condition that can end the

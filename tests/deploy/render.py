@@ -144,10 +144,12 @@ def validate_strict(obj: dict[str, Any], version: str) -> None:
 
 
 def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    obj: dict[str, Any]
     (obj,) = [o for o in objs if o["kind"] == kind]
     return obj
 
 
 def container(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    c: dict[str, Any]
     (c,) = one(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     return c

@@ -62,7 +62,7 @@ def combinations() -> list[tuple[tuple[str, ...], bool]]:
 
 
 def composed(comps: tuple[str, ...], mig: bool) -> tuple[dict[str, Any], ...]:
-    maps = (ENV,) if "cloudwatch" in comps else ()
+    maps: tuple[tuple[str, tuple[str, ...]], ...] = (ENV,) if "cloudwatch" in comps else ()
     maps += (IRSA,) if "cloudwatch-irsa" in comps else ()
     if mig:
         return compose(comps, namespace="gpu-operator", name_suffix="-gpu-operator",

@@ -53,7 +53,7 @@ ROLE = "arn:aws:iam::111122223333:role/podgpu-cloudwatch"
 CSV = "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n"
 PEM = {"cert": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
        "key": "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"}
-DCGM_USUAL = {  # what a dcgm-exporter chart user sets, under that chart's names
+DCGM_USUAL: dict[str, Any] = {  # what a dcgm-exporter chart user sets, under that chart's names
     "serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "10s",
                        "honorLabels": False, "additionalLabels": {"release": "prom"},
                        "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"],

@@ -152,7 +152,7 @@ def test_dependencies_are_pinned_with_hashes_and_match_pyproject() -> None:
 def test_dockerignore_lets_in_exactly_what_the_dockerfile_copies() -> None:
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
-    copied = set()
+    copied: set[str] = set()
     for word, args in instructions():
         if word == "COPY" and not args.startswith("--from"):
             copied.update(p.rstrip("/").removeprefix("./") for p in args.split()[:-1])
@@ -164,11 +164,11 @@ def test_pruned_site_packages_still_do_what_podgpu_needs(tmp_path: Path) -> None
     interpreter as podgpu does (no boto3 or kubernetes client): podgpu's Logs client
     resolves the endpoint from the rule set and puts an event into the Logs stand-in, and an STS
     client (IRSA) loads."""
-    import botocore
+    import botocore  # type: ignore[import-untyped]  # botocore ships no type hints
 
     site = tmp_path / "site-packages"
     for mod in (botocore,):
-        src = Path(mod.__file__).parent  # type: ignore[arg-type]
+        src = Path(mod.__file__).parent
         shutil.copytree(src, site / src.name, ignore=shutil.ignore_patterns("__pycache__"))
     before = sum(f.stat().st_size for f in site.rglob("*") if f.is_file())
     subprocess.run(["sh", str(ROOT / "deploy/image/prune-site-packages.sh"), str(site)],

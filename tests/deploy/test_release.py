@@ -45,6 +45,7 @@ def test_actionlint_is_not_a_no_op(tmp_path: Path) -> None:
 
 def build_step(wf: dict[str, Any]) -> dict[str, Any]:
     (job,) = wf["jobs"].values()
+    step: dict[str, Any]
     (step,) = [s for s in job["steps"] if s.get("uses", "").startswith("docker/build-push-action@")]
     return step
 

@@ -77,6 +77,7 @@ def plain_job(target: str) -> dict[str, Any]:
     """deploy/kubernetes/overlays/prometheus-operator/additional-scrape-config.yaml as shipped,
     its kubernetes_sd_configs replaced by the static target."""
     path = ROOT / "deploy/kubernetes/overlays/prometheus-operator/additional-scrape-config.yaml"
+    job: dict[str, Any]
     (job,) = yaml.safe_load(path.read_text())
     assert job.pop("kubernetes_sd_configs")[0]["role"] == "endpoints"
     job["static_configs"] = [{"targets": [target], "labels": META}]

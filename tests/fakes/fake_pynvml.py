@@ -198,7 +198,7 @@ class _Metric:
         self.value = 0.0
 
 
-class c_nvmlGpmMetricsGet_t:  # pynvml's name
+class _GpmMetricsGet:  # pynvml's c_nvmlGpmMetricsGet_t (FakeNvml's attribute of that name)
     def __init__(self) -> None:
         self.version = 0
         self.numMetrics = 0
@@ -223,7 +223,7 @@ class FakeNvml(ModuleType):
     """Hand an instance to `NvmlBackend(pynvml_module=...)`."""
 
     NVMLError = NVMLError
-    c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
+    c_nvmlGpmMetricsGet_t = _GpmMetricsGet
 
     def __init__(self, gpus: list[FakeGpu] | None = None, *, init_error: int | None = None,
                  clock: Any = time.monotonic, driver: str = "580.159.04") -> None:
@@ -488,7 +488,7 @@ class FakeNvml(ModuleType):
         s.handle, s.gi, s.taken_at = h, gi, self.clock()
         return s
 
-    def nvmlGpmMetricsGet(self, get: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+    def nvmlGpmMetricsGet(self, get: _GpmMetricsGet) -> _GpmMetricsGet:
         self._tick("nvmlGpmMetricsGet")
         s1, s2 = get.sample1, get.sample2
         if s1 is not None and s1.handle is not None:  # a per-GPU call without a handle argument

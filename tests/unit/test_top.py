@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from podgpu.errors import ConfigError
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess, Sample, Snapshot
 from podgpu.sinks.live import render_json
 from podgpu.sinks.live.page import pod_cells
+from podgpu.sinks.live.schema import SnapshotView
 from podgpu.sinks.live.view import ViewOptions, build_view
 from podgpu.top import NodeResult, TopState, apply_key, clean, plain_text, pod_rows, snapshot_url
+from podgpu.topdoc import parse
 
 GIB = 1 << 30
 
 
-def view(node: str, pods: dict[str, tuple[float, int]], taken_at: float = 1000.0) -> dict:  # type: ignore[type-arg]
-    """One GPU per pod; each pod's process uses (utilization ratio, memory bytes)."""
+def view(node: str, pods: dict[str, tuple[float, int]], taken_at: float = 1000.0) -> SnapshotView:
+    """One GPU per pod; each pod's process uses (utilization ratio, memory bytes); the document
+    as `podgpu top` reads it off the wire (rendered, then parsed and checked)."""
     samples, allocs, procs = [], [], []
     for i, (name, (util, mem)) in enumerate(sorted(pods.items())):
         d = Device(i, f"GPU-{node}-{i}", f"0:{i}", f"nvidia{i}", "NVIDIA H100 80GB HBM3")
@@ -27,7 +28,7 @@ def view(node: str, pods: dict[str, tuple[float, int]], taken_at: float = 1000.0
         allocs.append(Allocation(d.key, ref, "nvidia.com/gpu", d.key))
         procs.append(GpuProcess(d.key, 100 + i, mem, util * 100, ref))
     snap = Snapshot(taken_at, tuple(samples), allocations=tuple(allocs), processes=tuple(procs), cycle=4)
-    return json.loads(render_json(build_view(snap, ViewOptions(node, "simulated", "1", 1.0))))  # type: ignore[no-any-return]
+    return parse(render_json(build_view(snap, ViewOptions(node, "simulated", "1", 1.0))))
 
 
 @pytest.mark.parametrize(("arg", "url"), [
