@@ -28,7 +28,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: the --client child, whose RSS is measured, never loads it
+    from tests.integration.kubelet_fake import FakePod
 
 LIMIT = 16 * 1024 * 1024
 UUID = "GPU-0a1b2c3d-1111-2222-3333-{:012x}"
@@ -103,7 +106,7 @@ def client(sock: str, decode: str) -> int:
     return 0
 
 
-def pods(shape: str) -> list[object]:
+def pods(shape: str) -> list[FakePod]:
     from tests.integration.kubelet_fake import FakeContainer, FakePod, gpu_pod
 
     if shape == "replicas":
@@ -116,7 +119,7 @@ def pods(shape: str) -> list[object]:
         return [FakePod("default", f"pod-{i}", [FakeContainer("main", [
             ("nvidia.com/gpu", [f"nvidia{k % 8}::{i * per_pod + k}"]) for k in range(per_pod)])])
             for i in range(n)]
-    out: list[object] = []
+    out: list[FakePod] = []
     for i in range(110):
         devices: list[tuple[str, list[str]]] = [
             ("example.com/nic", [f"nic-{i}-{k:05d}" for k in range(9_000)])]
@@ -139,7 +142,7 @@ def main() -> int:
 
     with socket_path() as sock:
         kubelet = FakeKubelet(sock)
-        kubelet.set_pods(pods(args.shape))  # type: ignore[arg-type]
+        kubelet.set_pods(pods(args.shape))
         size = _Servicer(kubelet).List(None, None).ByteSize()
         ids = sum(len(d[1]) for p in kubelet.pods for c in p.containers for d in c.devices)
         assert size <= LIMIT, size
