@@ -16,7 +16,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from podgpu.fields.metriclist import load_metric_list
+from podgpu.fields.metriclist import MetricList, load_metric_list
 from tests.deploy.contract import IMAGE_FILES
 from tests.deploy.render import ROOT, tool
 from tests.deploy.standins import DUMMY_AWS, LogsStandIn, environ_without_aws
@@ -117,8 +117,8 @@ def test_metric_lists_are_where_dcgm_exporter_charts_look() -> None:
     default = load_metric_list(str(IMAGE_FILES["/etc/dcgm-exporter/default-counters.csv"]))
     dcp = load_metric_list(str(IMAGE_FILES["/etc/dcgm-exporter/dcp-metrics-included.csv"]))
     # dcgm-exporter 4.x: the two lists have the same active rows (profiling included).
-    def rows(m: object) -> list[tuple[str, str, str]]:
-        return [(r.field.name, r.prom_type, r.help) for r in (*m.metrics, *m.labels)]  # type: ignore[attr-defined]
+    def rows(m: MetricList) -> list[tuple[str, str, str]]:
+        return [(r.field.name, r.prom_type, r.help) for r in (*m.metrics, *m.labels)]
 
     assert rows(dcp) == rows(default)
     assert any(r.field.name.startswith("DCGM_FI_PROF_") for r in dcp.metrics)

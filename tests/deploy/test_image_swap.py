@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -55,7 +56,7 @@ def kubelet() -> Iterator[Path]:
             k.stop()
 
 
-def swap(sock: Path, user: str | None) -> tuple[dict[str, object], str, str]:
+def swap(sock: Path, user: str | None) -> tuple[dict[str, Any], str, str]:
     """Run the image as the operator's DaemonSet runs it: (/health, /metrics, log)."""
     image_present()
     assert sock.stat().st_uid == 0 and not sock.stat().st_mode & 0o002  # root-only, as on nodes
@@ -70,7 +71,7 @@ def swap(sock: Path, user: str | None) -> tuple[dict[str, object], str, str]:
              "serve", "--simulate", "4", "--simulate-scenario", "none"]
     podman(*args)
     try:
-        health: dict[str, object] = {}
+        health: dict[str, Any] = {}
 
         def three_cycles() -> bool:
             nonlocal health
@@ -79,7 +80,7 @@ def swap(sock: Path, user: str | None) -> tuple[dict[str, object], str, str]:
             except OSError:
                 return False
             health = json.loads(body) if status == 200 else {}
-            return bool(health.get("cycle", 0) >= 3)  # type: ignore[operator]
+            return bool(health.get("cycle", 0) >= 3)
 
         wait_for(three_cycles, timeout=60, what="three collect cycles in /health", interval=0.3)
         metrics = http_get(f"http://127.0.0.1:{port}/metrics")[2].decode()
@@ -110,7 +111,7 @@ def test_image_only_swap_as_non_root_fails_loudly(kubelet: Path) -> None:
     health, metrics, log = swap(kubelet, "65532:65532")
     assert "pod" not in json.dumps(util_series(metrics))  # no labels: the failure...
     assert health["status"] == "degraded", health  # ...is said, not silent
-    (warning,) = [w for w in health["warnings"] if "kubelet" in w]  # type: ignore[attr-defined]
+    (warning,) = [w for w in health["warnings"] if "kubelet" in w]
     for part in ("/var/lib/kubelet/pod-resources/kubelet.sock", "permission denied",
                  "UID 0", "runAsUser: 0"):
         assert part in warning, warning

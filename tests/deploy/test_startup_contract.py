@@ -86,10 +86,16 @@ def series(body: bytes, name: str) -> list[dict[str, str]]:
             for s in fam.samples if s.name == name]
 
 
+def stderr_tail(proc: subprocess.Popen[str]) -> str:
+    """The end of what an exited podgpu wrote to stderr."""
+    assert proc.stderr is not None  # start() passes stderr=PIPE
+    return proc.stderr.read()[-3000:]
+
+
 def wait_until(cond: Any, proc: subprocess.Popen[str], timeout: float, what: str) -> Any:
     def holds() -> Any:
         if proc.poll() is not None:
-            raise AssertionError(f"podgpu exited {proc.returncode}: {proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+            raise AssertionError(f"podgpu exited {proc.returncode}: {stderr_tail(proc)}")
         try:
             return cond()
         except OSError:
@@ -247,7 +253,7 @@ def test_every_overlay_waits_for_a_driver_that_appears_after_20_s(tmp_path: Path
             while len(ready) < len(runs) and time.time() < deadline:
                 for overlay, run in runs.items():
                     assert run.proc.poll() is None, f"{overlay}: exited {run.proc.returncode}: " \
-                        f"{run.proc.stderr.read()[-3000:]}"  # type: ignore[union-attr]
+                        f"{stderr_tail(run.proc)}"
                     try:
                         live, live_body = probe(run.c, "livenessProbe", run.port)
                         start_ok, _ = probe(run.c, "startupProbe", run.port)
