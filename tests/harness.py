@@ -54,6 +54,8 @@ def proc_sample(pid: int) -> dict[str, float]:
     """RSS and peak RSS in KiB, threads, open fds and user+system CPU seconds of `pid`."""
     status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                   if ":" in line)
+    if "VmRSS" not in status:  # a zombie: exited, not yet reaped
+        raise ProcessLookupError(f"process {pid} has exited (no memory left to sample)")
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return {"rss_kib": int(status["VmRSS"].split()[0]), "hwm_kib": int(status["VmHWM"].split()[0]),
@@ -83,7 +85,7 @@ class PeakSampler:
         while not self._stop.is_set():
             try:
                 rss, fds = rss_fds(self.pid)
-            except (OSError, StopIteration):
+            except OSError:  # gone, or a zombie (ProcessLookupError)
                 return
             self.rss_mib_max = max(self.rss_mib_max, round(rss, 1))
             self.fds_max = max(self.fds_max, fds)
