@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from podgpu.backends.derived import health
+from podgpu.fields.metriclist import DERIVED_FROM
 from podgpu.model import LabeledValue
 
 # DCGM 4.5.3 BuildXidMappings: XID -> (watch, DCGM_HEALTH_RESULT_*, error code)
@@ -99,3 +100,23 @@ def test_the_worse_condition_on_a_watch_is_shown() -> None:
     # of equals the first, XIDs in ascending order (DCGM's own order is an unordered_map's)
     assert health({}, xid_window(79, 48))["ALL"] == (20, "DCGM_FR_XID_ERROR")
     assert health({}, xid_window(79, 119))["ALL"] == (20, "DCGM_FR_FALLEN_OFF_BUS")
+
+
+class Reads(dict[str, object]):
+    """A values mapping that records every name asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[str] = set()
+
+    def get(self, key: str, default: object = None) -> object:
+        self.asked.add(key)
+        return super().get(key, default)
+
+
+def test_the_fields_read_for_health_are_exactly_those_it_asks_for() -> None:
+    values = Reads()
+    values["DCGM_FI_DEV_SLOWDOWN_TEMP"] = 90  # a slowdown temperature: the GPU's is read too
+    health(values, [])
+    read_anyway = set(DERIVED_FROM["DCGM_EXP_GPU_HEALTH_STATUS"]) - {"DCGM_EXP_XID_ERRORS_COUNT"}
+    assert values.asked == read_anyway
