@@ -5,13 +5,14 @@ import accounting, which renders through them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from podgpu.accounting.integrate import holder_weights
 from podgpu.accounting.shares import cycle_rates, mig_fraction
-from podgpu.model import ContainerRef, Device, Snapshot
 
-HolderShare = tuple[float, float | None, float | None, Device, ContainerRef, float]
-"""(allocated, used, memory bytes, device, container, weight): accounting's Rate and the
-holder's part of its GPU's energy (and power) this cycle."""
+if TYPE_CHECKING:
+    from podgpu.model import Device, Snapshot
+    from podgpu.sinks.cloudwatch.insights_shares import HolderShare
 
 
 class AccountingShares:
