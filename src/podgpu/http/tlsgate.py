@@ -44,12 +44,15 @@ class HelloGate:
     to their square (re-reading the held bytes at every read took 27 s of CPU for 5,500 such
     records)."""
 
-    __slots__ = ("_at", "_message", "held")
+    __slots__ = ("_at", "_first", "_got", "held")
 
     def __init__(self) -> None:
         self.held = bytearray()
         self._at = 0  # where the first record not yet read whole starts in `held`
-        self._message = bytearray()  # the handshake bytes of the records read whole
+        # of the handshake bytes in the records read whole: the first 4 (the message's type and
+        # length) and how many there are; the bytes themselves stay in `held` only
+        self._first = b""
+        self._got = 0
 
     def feed(self, data: bytes) -> bytes | None:
         """Every byte received so far once the ClientHello is whole (to go to OpenSSL), else
@@ -70,10 +73,14 @@ class HelloGate:
             end = at + RECORD_HEADER + length
             if end > len(raw):  # a record still arriving: does the message end in what is here?
                 start = at + RECORD_HEADER
-                return hello_whole(self._message, raw[start:start + 4], len(raw) - start)
-            self._message += raw[at + RECORD_HEADER:end]
+                return hello_whole(self._first, self._got, raw[start:start + 4],
+                                   len(raw) - start)
+            if len(self._first) < 4:  # records may be shorter than 4 bytes
+                start = at + RECORD_HEADER
+                self._first += bytes(raw[start:min(end, start + 4 - len(self._first))])
+            self._got += length
             at = self._at = end
-            if hello_whole(self._message, b"", 0):
+            if hello_whole(self._first, self._got, b"", 0):
                 return True
         if at < len(raw) and raw[at] != _HANDSHAKE:
             raise Refused("not a TLS handshake record" if at == 0 else
@@ -95,16 +102,17 @@ def record_length(raw: bytearray, at: int) -> int:
     return length
 
 
-def hello_whole(message: bytearray, more_head: bytes | bytearray, more: int) -> bool:
-    """Whether the handshake bytes `message` and `more` bytes after them (beginning with
-    `more_head`, at least their first 4) hold a whole ClientHello; Refused when they begin with
-    another message or announce one over MAX_HELLO. Copies at most 4 bytes."""
-    if len(message) + more < 4:
+def hello_whole(first: bytes, got: int, more_head: bytes | bytearray, more: int) -> bool:
+    """Whether `got` handshake bytes (beginning with `first`, at least their first 4 of them)
+    and `more` bytes after them (beginning with `more_head`) hold a whole ClientHello; Refused
+    when they begin with another message or announce one over MAX_HELLO. Copies at most 4
+    bytes."""
+    if got + more < 4:
         return False
-    head = bytes(message[:4]) + bytes(more_head[:max(0, 4 - len(message))])
+    head = first[:4] + bytes(more_head[:max(0, 4 - got)])
     if head[0] != _CLIENT_HELLO:
         raise Refused("the first handshake message is not a ClientHello")
     size = int.from_bytes(head[1:4], "big")
     if size > MAX_HELLO:
         raise Refused(f"ClientHello of {size} bytes (at most {MAX_HELLO})")
-    return len(message) + more >= 4 + size
+    return got + more >= 4 + size

@@ -107,3 +107,30 @@ def test_openssl_is_fed_at_most_the_handshake_input_cap(tmp_path: Path) -> None:
             layer.receive(record(certificate[i:i + 16384], minor=3))
             fed += 16384 + 5
     assert MAX_HANDSHAKE_INPUT - 16384 <= fed <= MAX_HANDSHAKE_INPUT + 16384
+
+
+def test_a_clienthello_in_one_byte_records_is_read_across_its_4_byte_header() -> None:
+    message = client_hello_message(60)
+    records = [record(message[i:i + 1]) for i in range(len(message))]
+    gate = HelloGate()
+    assert all(gate.feed(r) is None for r in records[:-1])
+    assert gate.feed(records[-1]) == b"".join(records)
+    with pytest.raises(Refused, match="not a ClientHello"):  # type and length in 1-byte records
+        HelloGate().feed(b"".join(record(bytes([b])) for b in b"\x02\x00\x00\x10"))
+
+
+def test_the_gate_holds_the_records_once_not_a_second_copy_of_the_message() -> None:
+    import tracemalloc
+
+    message = client_hello_message(16_000)
+    records = b"".join(record(message[i:i + 100]) for i in range(0, 15_000, 100))
+    tracemalloc.start()
+    try:
+        gate = HelloGate()
+        before = tracemalloc.get_traced_memory()[0]
+        assert gate.feed(records) is None
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # the budget charges len(gate.held); a second copy of the payloads made it ~2x that
+    assert len(gate.held) == len(records) and held < 1.25 * len(records)
