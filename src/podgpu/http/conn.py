@@ -159,7 +159,7 @@ class Connection(asyncio.BufferedProtocol):
     # --- what the guard and the budget ask
 
     def queued(self) -> bool:
-        return self._h11 is not None and bool(self._h11.trailing_data[0])
+        return self.state is _S.HEAD  # a pipelined request's bytes are waiting
 
     def abort(self) -> None:
         """Close with a reset (a FIN would wait behind an answer a non-reader never takes)."""
@@ -328,7 +328,7 @@ class Connection(asyncio.BufferedProtocol):
         while out is not None and t is not None and not self._paused_writing:
             if out.done:
                 self._answered()
-                return
+                break  # to the charge below: an answer done in a later turn holds nothing
             head, piece = out.step(self._sock, self._sndbuf)
             if self._tls is not None:
                 t.write(self._tls.encrypt(head, piece))
@@ -361,8 +361,9 @@ class Connection(asyncio.BufferedProtocol):
         self._h11 = self._fed = None
         leftover = b""
         if conn is not None:
-            leftover = bytes(conn.trailing_data[0])
-            if leftover or conn.trailing_data[1]:
+            unread, closed = conn.trailing_data  # h11 copies its buffer on each access
+            leftover = bytes(unread)
+            if leftover or closed:
                 self._h11 = self._listener.parser()
                 if leftover:
                     self._h11.receive_data(leftover)

@@ -163,6 +163,16 @@ def test_a_client_that_never_reads_holds_one_step_and_reading_pauses() -> None:
     assert t.aborted and guard.timed_out == 1 and guard.budget.total == 0
 
 
+def test_a_slow_reader_holds_nothing_once_its_answer_is_taken() -> None:
+    conn, t, guard, _, turns = connection(room=0)
+    send(conn, GET)
+    assert guard.budget.held(conn) > 0  # the unsent step
+    while conn.state is not State.IDLE:  # the answer finishes in a later turn, not the read's
+        t.drain(room=0)
+        turns.run()
+    assert guard.budget.held(conn) == 0 and guard.budget.total == 0
+
+
 def test_resume_writing_writes_in_the_next_loop_turn_not_inside_the_transport() -> None:
     conn, t, _, _, turns = connection(room=0)
     send(conn, GET)
