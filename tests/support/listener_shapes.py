@@ -8,12 +8,14 @@ Shapes (each attacking connection is replaced as soon as podgpu closes it: recon
 - `hello-big`: a TLS record layer carrying one ClientHello of ~128 KiB, sent whole if podgpu
   takes it, then nothing;
 - `hello-cap`: a ClientHello of 16,000 bytes (just under the cap) of which 15,000 are sent;
+- `hello-records`: the same 15,000 bytes in 100-byte records (the gate reads each whole record);
 - `pipeline`: plain HTTP, 400 pipelined `GET /metrics` (identity: the 64-GPU ~380 KB body),
   never a byte read, a 4 KiB receive window;
 - `slow-reader`: one `GET /metrics` (identity), then 1 byte read per second (over TLS: one
   record a second);
 - `body`: `POST /health` announcing 100 GB, then body bytes as fast as podgpu takes them;
-- `mix`: all of the above at once, `--conns` split evenly (without `--tls`: the plain ones).
+- `mix`: all of the above but `hello-records` at once, `--conns` split evenly (without `--tls`:
+  the plain ones).
 
 `--tls` runs the agent with TLS (always for `hello-*`): the other shapes complete a handshake
 first, and the honest scraper is a TLS one.
@@ -53,18 +55,20 @@ from tests.support.listener_attacks import (
 )
 
 SHAPES = ("hello-big", "hello-cap", "pipeline", "slow-reader", "body")
+"""The shapes `mix` runs at once."""
 GET = b"GET /metrics HTTP/1.1\r\nHost: podgpu\r\nAccept-Encoding: identity\r\n\r\n"
 POST = b"POST /health HTTP/1.1\r\nHost: podgpu\r\nContent-Length: 100000000000\r\n\r\n"
-TLS_SHAPES = {"hello-big", "hello-cap"}
+TLS_SHAPES = {"hello-big", "hello-cap", "hello-records"}
 """Shapes that only exist over TLS; the others speak TLS (after a handshake) with `--tls`."""
 
 
-def hello(declared: int, sent: int) -> bytes:
-    """TLS handshake records carrying the first `sent` bytes of a ClientHello of `declared`."""
+def hello(declared: int, sent: int, record: int = 16384) -> bytes:
+    """TLS handshake records of `record` bytes carrying the first `sent` bytes of a ClientHello
+    of `declared`."""
     message = b"\x01" + declared.to_bytes(3, "big") + os.urandom(declared)
     message = message[:sent]
     return b"".join(b"\x16\x03\x01" + len(c).to_bytes(2, "big") + c
-                    for c in (message[i:i + 16384] for i in range(0, len(message), 16384)))
+                    for c in (message[i:i + record] for i in range(0, len(message), record)))
 
 
 @dataclass(kw_only=True)
@@ -90,6 +94,8 @@ def _open(shape: str, port: int, src: tuple[str, int],
         s.sendall(hello(130_000, 129_900))
     elif shape == "hello-cap":
         s.sendall(hello(16_000, 15_000))
+    elif shape == "hello-records":
+        s.sendall(hello(16_000, 15_000, record=100))
     else:
         if tls is not None:
             s = tls.wrap_socket(s)
@@ -204,7 +210,7 @@ def main() -> int:
                                   tls == "1")))
         return 0
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("shape", choices=(*SHAPES, "mix"))
+    ap.add_argument("shape", choices=(*SHAPES, "hello-records", "mix"))
     ap.add_argument("--tls", action="store_true",
                     help="the agent serves TLS; every shape speaks TLS (hello-* always do)")
     ap.add_argument("--conns", type=int, default=2000)
