@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from podgpu.model import ContainerRef, Device, Sample, Snapshot
+from podgpu.model.device import mig_slices
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 GR_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
@@ -35,8 +36,6 @@ FIELDS = (UTIL, GR_ACTIVE, FB_USED, ENERGY, POWER)
 them out (they are not exported unless listed)."""
 
 MIB = 1 << 20
-DEFAULT_COMPUTE_SLICES = 7
-"""Compute slices of a MIG-capable GPU (A100, H100, H200, B200); the A30 has 4."""
 _SLICES = re.compile(r"^(?:\d+c\.)?(\d+)g\.")
 
 HolderKey = tuple[str, str, str, str, str, tuple[tuple[str, str], ...]]
@@ -51,18 +50,13 @@ allocated and used are fractions of one physical GPU. A plain tuple, not a Named
 one costs a twentieth (measured in bench/bench_accounting.py), and there are 100s per cycle."""
 
 
-def gpu_slices(model: str) -> int:
-    """Compute slices of a GPU model when it runs MIG."""
-    return 4 if "A30" in model else DEFAULT_COMPUTE_SLICES
-
-
 def mig_fraction(device: Device) -> float:
     """The fraction of its GPU a device is: 1 for a whole GPU, slices/total for a MIG instance
     (`3g.40gb` -> 3/7; an unrecognised profile counts 1 slice)."""
     if not device.is_mig:
         return 1.0
     m = _SLICES.match(device.mig_profile or "")
-    total = gpu_slices(device.model)
+    total = mig_slices(device.model)
     return min(1.0, (int(m.group(1)) if m else 1) / total)
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from podgpu.backends.base import Backend, Reading
 from podgpu.errors import ConfigError
 from podgpu.model import Device
+from podgpu.model.device import mig_slices
 from podgpu.model.selection import DeviceSelection
 
 if TYPE_CHECKING:
@@ -54,11 +55,6 @@ _REV2 = 9
 """NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: one slice with twice the memory (1g.20gb on an
 H100 80GB beside 1g.10gb)."""
 _LAST = 1 << 10
-
-
-def max_instances(model: str) -> int:
-    """nvmlDeviceGetMaxMigDeviceCount of a MIG-capable GPU: 4 on an A30, else 7."""
-    return 4 if "A30" in model else 7
 
 
 def _profile_id(profile: str, smallest_1g: int | None) -> int:
@@ -86,7 +82,7 @@ def entity_ids(devices: Sequence[Device]) -> dict[str, int]:
         smallest = min(ones) if ones else None
         ordered = sorted(insts, key=lambda d: (_profile_id(d.mig_profile or "", smallest),
                                                d.mig_gi_id or 0))
-        base = gpu * max_instances(insts[0].model)
+        base = gpu * mig_slices(insts[0].model)
         for k, d in enumerate(ordered):
             out[d.key] = base + k
     return out

@@ -18,6 +18,16 @@ def _empty_reasons() -> Mapping[str, str]:
     return MappingProxyType({})
 
 
+DEFAULT_COMPUTE_SLICES = 7
+"""Compute slices of a MIG-capable GPU (A100, H100, H200, B200); the A30 has 4."""
+
+
+def mig_slices(model: str) -> int:
+    """Compute slices of a GPU model when it runs MIG, which is also the most MIG GPU instances
+    it can hold (nvmlDeviceGetMaxMigDeviceCount): 4 on an A30, else 7."""
+    return 4 if "A30" in model else DEFAULT_COMPUTE_SLICES
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     """Identity of one entity that gets its own series set: a whole GPU or one MIG GPU instance.
