@@ -101,16 +101,19 @@ def selected(device: Device, sel: DeviceSelection, mig_gpus: frozenset[int],
     return sel.gpus is not None and (not sel.gpus or device.index in sel.gpus)
 
 
-def check(devices: Sequence[Device], sel: DeviceSelection) -> None:
-    """ConfigError when the selection names a GPU index or GPU-instance id this node lacks."""
+def check(devices: Sequence[Device], sel: DeviceSelection) -> dict[str, int]:
+    """ConfigError when the selection names a GPU index or GPU-instance id this node lacks;
+    else the instances' DCGM entity ids (`entity_ids`)."""
+    ids = entity_ids(devices)
     gpus = sorted({d.index for d in devices if not d.is_mig})
-    gis = sorted(entity_ids(devices).values())
+    gis = sorted(ids.values())
     for want, have, what in ((sel.gpus, gpus, "GPU"),
                              (sel.instances, gis, "MIG GPU instance (DCGM entity id)")):
         missing = sorted(set(want or ()) - set(have))
         if missing:
             raise ConfigError(f"--devices: no {what} {missing[0]} on this node "
                               f"(present: {', '.join(map(str, have)) or 'none'})")
+    return ids
 
 
 class SelectedBackend:
@@ -120,15 +123,27 @@ class SelectedBackend:
         self._inner = inner
         self._sel = sel
         self.name = inner.name
+        self._ids: tuple[tuple[str, ...], dict[str, int]] = ((), {})
+        """The last device keys and their entity ids: they change only with the MIG layout."""
 
     def _mig_gpus(self, devices: Sequence[Device]) -> frozenset[int]:
         return frozenset(d.index for d in devices if d.is_mig)
 
+    def _entity_ids(self, devices: Sequence[Device]) -> dict[str, int] | None:
+        """`entity_ids` when `i` ranges need them (None otherwise), worked out again only when
+        the devices' keys change."""
+        if not self._sel.instances:
+            return None
+        keys = tuple(d.key for d in devices)
+        if keys != self._ids[0]:
+            self._ids = (keys, entity_ids(devices))
+        return self._ids[1]
+
     def open(self) -> None:
         self._inner.open()
         devices = self._inner.devices()
-        check(devices, self._sel)
-        ids = entity_ids(devices)
+        ids = check(devices, self._sel)
+        self._ids = (tuple(d.key for d in devices), ids)
         if ids and self._sel.instances:
             by_key = {d.key: d for d in devices}
             log.info("-d i: MIG GPU instances by DCGM entity id: %s", ", ".join(
@@ -138,7 +153,7 @@ class SelectedBackend:
     def devices(self) -> tuple[Device, ...]:
         devs = self._inner.devices()
         mig = self._mig_gpus(devs)
-        ids = entity_ids(devs) if self._sel.instances else None
+        ids = self._entity_ids(devs)
         return tuple(d for d in devs if selected(d, self._sel, mig, ids))
 
     def info(self) -> dict[str, str]:
@@ -148,7 +163,7 @@ class SelectedBackend:
         r = self._inner.read(fields, processes=processes)
         devs = [s.device for s in r.samples]
         mig = self._mig_gpus(devs)
-        ids = entity_ids(devs) if self._sel.instances else None
+        ids = self._entity_ids(devs)
         keep = tuple(s for s in r.samples if selected(s.device, self._sel, mig, ids))
         return replace(r, samples=keep)
 

@@ -69,6 +69,21 @@ def test_selection_on_the_simulated_node() -> None:
     assert [s.device.index for s in b.read(FIELDS).samples] == [1, 3]
 
 
+def test_i_ranges_follow_a_new_mig_layout() -> None:
+    """The entity ids are kept between reads; a new layout (an instance destroyed, another
+    created) renumbers them, as DCGM numbers the instances it finds."""
+    node = MigNode()
+    b = SelectedBackend(node, parse_device_selection("i:8"))  # type: ignore[arg-type]
+    b.open()
+    assert [s.device.mig_uuid for s in b.read(FIELDS).samples] == ["MIG-b"]
+    assert [s.device.mig_uuid for s in b.read(FIELDS).samples] == ["MIG-b"]
+    g0, g1, i1, _ = node.devs
+    i3 = Device(1, "GPU-1", "00000000:2A:00.0", "nvidia1", "NVIDIA A100", "1g.10gb", 3, "MIG-c")
+    node.devs = (g0, g1, i1, i3)  # two 1-slice instances: GPU instance 1 is 7, 3 is 8
+    assert [s.device.mig_uuid for s in b.read(FIELDS).samples] == ["MIG-c"]
+    assert [d.mig_uuid for d in b.devices()] == ["MIG-c"]
+
+
 @pytest.mark.parametrize(("spec", "needle"), [("g:7", "no GPU 7 on this node (present: 0, 1)"),
                                               ("i:2", "no MIG GPU instance (DCGM entity id) 2 "
                                                        "on this node (present: 7, 8)")])
