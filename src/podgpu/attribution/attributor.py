@@ -28,7 +28,8 @@ from podgpu.attribution.kubelet import (
     list_deadline,
     stale_after,
 )
-from podgpu.attribution.podwatch import PodIndex, PodInfo, PodWatcher
+from podgpu.attribution.podstore import PodIndex, PodInfo
+from podgpu.attribution.podwatch import PodWatcher
 from podgpu.model import Allocation, Device, GpuProcess
 from podgpu.model.status import OK, StageStatus
 from podgpu.settings import KubernetesSettings

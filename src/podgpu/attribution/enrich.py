@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from podgpu.attribution.cgroups import CgroupIdentity
 from podgpu.attribution.deviceids import DeviceIndex, is_gpu_resource, parse_device_id
 from podgpu.attribution.kubelet import ContainerDevices
-from podgpu.attribution.podwatch import PodIndex, PodInfo
+from podgpu.attribution.podstore import PodIndex, PodInfo
 from podgpu.errors import ConfigError
 from podgpu.model import Allocation, ContainerRef, GpuProcess
 from podgpu.re2compat import GoPattern, compile_go
