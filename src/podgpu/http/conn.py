@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 import h11
 
 from podgpu.http.app import App, Request, Response, error
-from podgpu.http.guard import Cancellable
 from podgpu.http.ratelog import short
 from podgpu.http.sockio import (
     Outgoing,
@@ -57,8 +56,7 @@ class Connection(asyncio.BufferedProtocol):
 
     __slots__ = ("_close_after", "_discarded", "_eof", "_fed", "_h11", "_listener", "_looping",
                  "_out", "_paused_writing", "_pump_soon", "_remote",
-                 "_sndbuf", "_sock", "_task", "_tls", "_transport", "machine", "peer",
-                 "timer")
+                 "_sndbuf", "_sock", "_task", "_tls", "_transport", "machine", "peer")
 
     def __init__(self, listener: Listener) -> None:
         self._listener = listener
@@ -76,7 +74,6 @@ class Connection(asyncio.BufferedProtocol):
         self._pump_soon = self._looping = False
         self._discarded = 0
         self._remote, self.peer = "", "?"
-        self.timer: Cancellable | None = None
 
     @property
     def state(self) -> State:

@@ -107,8 +107,6 @@ class Guarded(Protocol):
     """What the guard needs of a connection (http.conn.Connection; fakes in the unit tests)."""
 
     peer: str
-    timer: Cancellable | None
-    """The guard's pending timer for this connection (the guard sets and cancels it)."""
 
     def queued(self) -> bool:
         """Bytes of a further request are waiting (pipelined)."""
@@ -124,6 +122,8 @@ class Guarded(Protocol):
 
 
 CallLater = Callable[[float, Callable[[Guarded], None], Guarded], Cancellable]
+_Armed = tuple[float, float, Callable[[Guarded], None], Cancellable]
+"""A connection's timer: when it fires, when the deadline is, what runs then, its handle."""
 
 
 class ConnectionGuard:
@@ -143,9 +143,9 @@ class ConnectionGuard:
         self.cap = cap if cap is not None else effective_cap(self.limits.max_connections)
         self._call_later = call_later
         self._now = now
-        self._due: dict[Guarded, tuple[float, float, Callable[[Guarded], None]]] = {}
-        """Per connection with a timer: when its timer fires, when its deadline is, and what
-        runs then (see `_arm`)."""
+        self._due: dict[Guarded, _Armed] = {}
+        """Per connection with a timer: when its timer fires, when its deadline is, what runs
+        then, and the timer's handle (see `_arm`)."""
         self._fresh: OrderedDict[Guarded, None] = OrderedDict()  # no request completed yet
         self._idle: OrderedDict[Guarded, None] = OrderedDict()   # between requests
         self._busy: OrderedDict[Guarded, None] = OrderedDict()   # a later request
@@ -219,7 +219,6 @@ class ConnectionGuard:
         self._disarm(conn)
 
     def expired(self, conn: Guarded) -> None:
-        conn.timer = None
         if self.state(conn) in (None, "idle", "closing"):
             return
         self.timed_out += 1
@@ -229,13 +228,11 @@ class ConnectionGuard:
         self._drop(conn)
 
     def _idle_expired(self, conn: Guarded) -> None:
-        conn.timer = None
         if conn in self._idle:
             self.lost(conn)
             conn.close()
 
     def _linger_expired(self, conn: Guarded) -> None:
-        conn.timer = None
         if conn in self._closing:
             self._drop(conn)
 
@@ -255,8 +252,8 @@ class ConnectionGuard:
         now = self._now() if self._now is not None else asyncio.get_running_loop().time()
         due = now + seconds
         armed = self._due.get(conn)
-        if armed is not None and conn.timer is not None and armed[0] <= due:
-            self._due[conn] = (armed[0], due, fn)
+        if armed is not None and armed[0] <= due:
+            self._due[conn] = (armed[0], due, fn, armed[3])
             return
         self._disarm(conn)
         self._schedule(conn, now, due, fn)
@@ -265,26 +262,24 @@ class ConnectionGuard:
                   fn: Callable[[Guarded], None]) -> None:
         wait = min(due - now, self.limits.request_timeout)
         call_later = self._call_later or asyncio.get_running_loop().call_later
-        conn.timer = call_later(wait, self._fire, conn)
-        self._due[conn] = (now + wait, due, fn)
+        handle = call_later(wait, self._fire, conn)
+        self._due[conn] = (now + wait, due, fn, handle)
 
     def _fire(self, conn: Guarded) -> None:
-        conn.timer = None
         armed = self._due.pop(conn, None)
         if armed is None:
             return
         now = self._now() if self._now is not None else asyncio.get_running_loop().time()
-        _, due, fn = armed
+        _, due, fn, _ = armed
         if due > now:
             self._schedule(conn, now, due, fn)
         else:
             fn(conn)
 
     def _disarm(self, conn: Guarded) -> None:
-        self._due.pop(conn, None)
-        if conn.timer is not None:
-            conn.timer.cancel()
-            conn.timer = None
+        armed = self._due.pop(conn, None)
+        if armed is not None:
+            armed[3].cancel()
 
     def _make_room(self, newcomer: Guarded) -> None:
         victim = next(iter(self._closing), None)

@@ -56,7 +56,6 @@ class FakeConn:
 
     def __init__(self, name: str) -> None:
         self.peer = name
-        self.timer: Cancellable | None = None
         self.pipelined = False
         self.aborted = False
         self.closed = False
