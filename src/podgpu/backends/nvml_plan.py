@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -198,40 +198,38 @@ def pick(result: Any, how: str) -> Any:
     return getattr(result, how)
 
 
-def call(lib: Lib, handle: Any, ref: str, arg: str) -> Any:
-    """Make one NVML call as the catalog names it, with the few calls that need adapting."""
-    m = lib.m
-    if ref == "nvmlDeviceGetMemoryInfo":
-        version = lib.const(arg) if arg else None
-        return m.nvmlDeviceGetMemoryInfo(handle, version=version)
-    if ref == "nvmlDeviceGetGridLicensableFeatures":
-        return _license_status(lib, m.nvmlDeviceGetGridLicensableFeatures(handle))
-    if ref == "nvmlDeviceGetBrand":
-        return _brand_name(lib, m.nvmlDeviceGetBrand(handle))
-    fn = getattr(m, ref)
-    if ref == "nvmlDeviceGetMemoryAffinity":  # DCGM asks for the NUMA-node scope (0 in nvml.h)
-        return fn(handle, int(arg), lib.const("NVML_AFFINITY_SCOPE_NODE") or 0)
-    if ref == "nvmlDeviceGetCudaComputeCapability":  # DCGM packs (major, minor) in one int
-        major, minor = fn(handle)
-        return int(major) << 16 | int(minor)
-    if ref == "nvmlDeviceGetSramEccErrorStatus":  # the caller passes a versioned struct
-        struct, version = (lib.const("c_nvmlEccSramErrorStatus_v1_t"),
-                           lib.const("nvmlEccSramErrorStatus_v1"))
-        if struct is None or version is None:  # a binding without the struct: as NotSupported
-            raise lib.error(lib.const("NVML_ERROR_NOT_SUPPORTED") or 3)
-        status = struct()
-        status.version = version
-        fn(handle, ctypes.byref(status))
-        return status
-    if arg.isdigit():  # a count, not a constant: nvmlDeviceGetCpuAffinity's cpuSetSize
-        return fn(handle, int(arg))
-    if arg:
-        return fn(handle, lib.const(arg))
-    return fn(handle)
+def _memory_info(lib: Lib, handle: Any, arg: str) -> Any:
+    return lib.m.nvmlDeviceGetMemoryInfo(handle, version=lib.const(arg) if arg else None)
 
 
-def _license_status(lib: Lib, features: Any) -> int:
+def _memory_affinity(lib: Lib, handle: Any, arg: str) -> Any:
+    """DCGM asks for the NUMA-node scope (0 in nvml.h)."""
+    return lib.m.nvmlDeviceGetMemoryAffinity(handle, int(arg),
+                                             lib.const("NVML_AFFINITY_SCOPE_NODE") or 0)
+
+
+def _compute_capability(lib: Lib, handle: Any, arg: str) -> int:
+    """DCGM packs (major, minor) in one int."""
+    major, minor = lib.m.nvmlDeviceGetCudaComputeCapability(handle)
+    return int(major) << 16 | int(minor)
+
+
+def _sram_ecc_status(lib: Lib, handle: Any, arg: str) -> Any:
+    """The caller passes a versioned struct; a binding without the struct answers as
+    NotSupported."""
+    struct, version = (lib.const("c_nvmlEccSramErrorStatus_v1_t"),
+                       lib.const("nvmlEccSramErrorStatus_v1"))
+    if struct is None or version is None:
+        raise lib.error(lib.const("NVML_ERROR_NOT_SUPPORTED") or 3)
+    status = struct()
+    status.version = version
+    lib.m.nvmlDeviceGetSramEccErrorStatus(handle, ctypes.byref(status))
+    return status
+
+
+def _license_status(lib: Lib, handle: Any, arg: str) -> int:
     """DCGM_FI_DEV_VGPU_LICENSE_STATUS as DCGM computes it (NVML's API reference)."""
+    features = lib.m.nvmlDeviceGetGridLicensableFeatures(handle)
     if not getattr(features, "isGridLicenseSupported", 0):
         return 0
     vgpu = int(getattr(lib.m, "NVML_GRID_LICENSE_FEATURE_CODE_VGPU", 1))
@@ -242,10 +240,36 @@ def _license_status(lib: Lib, features: Any) -> int:
     return 0
 
 
-def _brand_name(lib: Lib, brand: Any) -> str:
+def _brand_name(lib: Lib, handle: Any, arg: str) -> str:
     """NVML brand enum -> its name ('NVIDIA', 'TESLA', ...)."""
+    brand = lib.m.nvmlDeviceGetBrand(handle)
     for name in dir(lib.m):
         if (name.startswith("NVML_BRAND_") and name != "NVML_BRAND_COUNT"
                 and getattr(lib.m, name) == brand):
             return name.removeprefix("NVML_BRAND_")
     return str(brand)
+
+
+_ADAPTED: dict[str, Callable[[Lib, Any, str], Any]] = {
+    "nvmlDeviceGetMemoryInfo": _memory_info,
+    "nvmlDeviceGetGridLicensableFeatures": _license_status,
+    "nvmlDeviceGetBrand": _brand_name,
+    "nvmlDeviceGetMemoryAffinity": _memory_affinity,
+    "nvmlDeviceGetCudaComputeCapability": _compute_capability,
+    "nvmlDeviceGetSramEccErrorStatus": _sram_ecc_status,
+}
+"""The calls that need adapting, each with the function that makes it: (lib, handle, the
+catalog's arg) -> the value."""
+
+
+def call(lib: Lib, handle: Any, ref: str, arg: str) -> Any:
+    """Make one NVML call as the catalog names it, through its adapter if it needs one."""
+    adapted = _ADAPTED.get(ref)
+    if adapted is not None:
+        return adapted(lib, handle, arg)
+    fn = getattr(lib.m, ref)
+    if arg.isdigit():  # a count, not a constant: nvmlDeviceGetCpuAffinity's cpuSetSize
+        return fn(handle, int(arg))
+    if arg:
+        return fn(handle, lib.const(arg))
+    return fn(handle)
