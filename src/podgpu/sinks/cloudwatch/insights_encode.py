@@ -17,7 +17,6 @@ event to the Container Insights log group when it starts as a v0 event does
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 
 from podgpu.model import Snapshot
@@ -34,7 +33,7 @@ from podgpu.sinks.cloudwatch.insights_contract import (
     unit_of,
 )
 from podgpu.sinks.cloudwatch.series import Item, LabelKey, SeriesBuilder
-from podgpu.sinks.cloudwatch.window import ClosedWindow
+from podgpu.sinks.cloudwatch.window import ClosedWindow, SlotSampler
 
 _DUMPS = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
@@ -134,11 +133,10 @@ class CombinedSeries:
                  sample_every: float = 0.0) -> None:
         self._decl = declarations
         self._insights = insights
-        self._every = sample_every
-        self._slot: int | None = None
+        self._sampler = SlotSampler(sample_every)
 
     def with_declarations(self, declarations: SeriesBuilder | None) -> CombinedSeries:
-        return CombinedSeries(declarations, self._insights, self._every)
+        return CombinedSeries(declarations, self._insights, self._sampler.every)
 
     def insights_health(self) -> dict[str, object]:
         """The Container Insights inputs' state, for /health (EmfSink.health)."""
@@ -147,12 +145,8 @@ class CombinedSeries:
     def series(self, snapshot: Snapshot) -> Iterator[tuple[LabelKey, str, list[Item]]]:
         if self._decl is not None:
             yield from self._decl.series(snapshot)
-        if self._every > 0:
-            slot = math.floor(snapshot.taken_at / self._every)
-            if self._slot is not None and slot <= self._slot:
-                return
-            self._slot = slot
-        yield from self._insights.series(snapshot)
+        if self._sampler.take(snapshot.taken_at):
+            yield from self._insights.series(snapshot)
 
     @property
     def own_series(self) -> bool:

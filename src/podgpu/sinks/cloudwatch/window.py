@@ -38,6 +38,28 @@ class ClosedWindow:
         return round(self.start * 1000)
 
 
+class SlotSampler:
+    """Keeps the first cycle of each `every`-second slot of the clock, as a scrape every `every`
+    seconds would see a series; `every` 0 keeps every cycle. A cycle whose slot is not after the
+    last kept one (same slot, or the clock stepped back) is dropped."""
+
+    __slots__ = ("_slot", "every")
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._slot: int | None = None
+
+    def take(self, t: float) -> bool:
+        """Whether the cycle taken at `t` (Unix seconds) is kept; a kept one claims its slot."""
+        if self.every <= 0:
+            return True
+        slot = math.floor(t / self.every)
+        if self._slot is not None and slot <= self._slot:
+            return False
+        self._slot = slot
+        return True
+
+
 class WindowAccumulator:
     """Collects series into the current window; hands back the previous one when it closes."""
 
@@ -46,8 +68,7 @@ class WindowAccumulator:
         if interval <= 0:
             raise ValueError("interval must be positive")
         self._interval = interval
-        self._every = sample_every
-        self._slot: int | None = None
+        self._sampler = SlotSampler(sample_every)
         self._wanted = wanted
         self._start: float | None = None
         self._groups: Groups = {}
@@ -71,11 +92,8 @@ class WindowAccumulator:
             closed = self.close()
         if self._start is None or start > self._start:
             self._start = start
-        if self._every > 0:  # one sample per slot, as a scrape every `sample_every` s
-            slot = math.floor(taken_at / self._every)
-            if self._slot is not None and slot <= self._slot:
-                return closed
-            self._slot = slot
+        if not self._sampler.take(taken_at):  # one sample per slot, as a scrape would
+            return closed
         # A snapshot older than the open window (clock stepped back) joins the open window.
         groups, last = self._groups, self._last
         for key, kind, items in series:
@@ -114,6 +132,6 @@ class WindowAccumulator:
         self._groups = {}
         # Forget counters not seen in this window or the one before: a series that went away
         # seeds again when it returns (the agent's cache forgets after 5 minutes).
-        horizon = start - max(self._interval, self._every)
+        horizon = start - max(self._interval, self._sampler.every)
         self._last = {k: v for k, v in self._last.items() if v[1] >= horizon}
         return ClosedWindow(start, groups) if groups else None

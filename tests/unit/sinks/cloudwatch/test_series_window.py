@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from podgpu.sinks.cloudwatch.series import COUNTER, GAUGE, SeriesOptions
-from podgpu.sinks.cloudwatch.window import WindowAccumulator
+from podgpu.sinks.cloudwatch.window import SlotSampler, WindowAccumulator
 from tests.unit.sinks.cloudwatch.simnode import LABELS, SimNode, flat
 
 
@@ -176,3 +176,13 @@ def test_one_sample_per_interval_gives_the_agent_paths_statistics(scrape: float)
     # one sample per minute: SampleCount 1, a counter's one value its minute's increase
     if scrape == 60.0:
         assert all(len(g) == 1 and len(c) <= 1 for g, c in got.values())
+
+
+def test_slot_sampler_keeps_the_first_cycle_of_each_slot_and_never_goes_back() -> None:
+    sampler = SlotSampler(15.0)
+    # 15-second slots: [0, 15) [15, 30) [30, 45); 14.0 and 29.9 are later cycles of a kept slot,
+    # 10.0 and 20.0 come after the clock stepped back to an older slot
+    times = [0.5, 14.0, 15.0, 29.9, 10.0, 20.0, 31.0, 44.0]
+    assert [t for t in times if sampler.take(t)] == [0.5, 15.0, 31.0]
+    every_cycle = SlotSampler(0.0)
+    assert all(every_cycle.take(t) for t in times)
