@@ -108,6 +108,13 @@ def check_instance(mig: Sequence[ScenarioMig], gpu: int, instance: int | None, w
     return entry.profiles[instance - 1]
 
 
+def _gb(profile: str) -> int:
+    """The memory of a profile parse_mig accepted, in GB (`3g.40gb` -> 40)."""
+    m = _PROFILE.match(profile)
+    assert m is not None
+    return int(m.group(2))
+
+
 class MigLayout:
     """The simulated node's MIG GPUs: their instance devices and samples."""
 
@@ -123,7 +130,7 @@ class MigLayout:
                 raise ConfigError(f"{source}: mig[{i}]: the {model} has no MIG (NVML answers "
                                   "NotSupported to nvmlDeviceGetMigMode); simulate an A100, H100 "
                                   "or H200 (--simulate 2xA100)")
-            gb = sum(int(p.split(".")[1][:-2]) for p in m.profiles)
+            gb = sum(_gb(p) for p in m.profiles)
             if memory_mib and gb > memory_mib // 1000:  # profile names round MiB/1000: 7g.80gb
                 raise ConfigError(f"{source}: mig[{i}].instances: {gb} GB of profiles; the "
                                   f"{model} has {memory_mib // 1000} GB")
@@ -176,13 +183,14 @@ _REMAPPED_ROWS = "NVML_FI_DEV_REMAPPED_"
 """Row-remapping field values: NotSupported on a MIG-enabled GPU with active instances."""
 
 
-def _not_on_mig(name: str, active: bool) -> bool:
-    f = BY_NAME.get(name)
-    if f is None:
-        return False
-    src = f.source
-    return (src.kind == "gpm" or (src.kind == "call" and src.ref in _NOT_ON_MIG_CALLS)
-            or (active and src.kind == "fv" and src.ref.startswith(_REMAPPED_ROWS)))
+_NOT_ON_MIG_FIELDS = frozenset(
+    f.name for f in BY_NAME.values()
+    if f.source.kind == "gpm" or (f.source.kind == "call" and f.source.ref in _NOT_ON_MIG_CALLS))
+"""Fields a MIG-enabled GPU never has: whole-GPU GPM and the calls above."""
+_NOT_WITH_INSTANCES = _NOT_ON_MIG_FIELDS | frozenset(
+    f.name for f in BY_NAME.values()
+    if f.source.kind == "fv" and f.source.ref.startswith(_REMAPPED_ROWS))
+"""What a MIG-enabled GPU with instances lacks: those and the row-remapping counts."""
 
 
 def _parent(s: Sample, *, active: bool) -> Sample:
@@ -190,8 +198,9 @@ def _parent(s: Sample, *, active: bool) -> Sample:
     counts while it has instances (`active`), MIG_MODE 1."""
     values = dict(s.values)
     missing = dict(s.missing)
+    absent = _NOT_WITH_INSTANCES if active else _NOT_ON_MIG_FIELDS
     for name in list(values):
-        if _not_on_mig(name, active):
+        if name in absent:
             del values[name]
             missing[name] = _NOT_ON_MIG
     if "DCGM_FI_DEV_MIG_MODE" in values:
