@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from podgpu.attribution.nodeinfo import NodeObject
-from podgpu.attribution.podwatch import PodInfo
+from podgpu.attribution.podstore import PodInfo
 from podgpu.attribution.workload import GPU_RESOURCE, PodGpus
 from podgpu.collect import Collector
 from podgpu.errors import ConfigError
