@@ -82,24 +82,28 @@ class HelloGate:
             at = self._at = end
             if hello_whole(self._first, self._got, b"", 0):
                 return True
-        if at < len(raw) and raw[at] != _HANDSHAKE:
-            raise Refused("not a TLS handshake record" if at == 0 else
-                          "a record of another type inside the ClientHello")
+        if at < len(raw):
+            _check_type(raw, at)  # refused at the record's first byte, before its header is in
         return False
 
 
 def record_length(raw: bytearray, at: int) -> int:
     """The payload length of the record whose 5-byte header starts at `at`; Refused when the
     header is not one of a handshake record podgpu accepts."""
-    if raw[at] != _HANDSHAKE:
-        raise Refused("not a TLS handshake record" if at == 0 else
-                      "a record of another type inside the ClientHello")
+    _check_type(raw, at)
     if raw[at + 1] != 3:
         raise Refused("not a TLS record version")
     length = int.from_bytes(raw[at + 3:at + 5], "big")
     if length == 0 or length > MAX_PLAINTEXT:
         raise Refused(f"handshake record of {length} bytes")
     return length
+
+
+def _check_type(raw: bytearray, at: int) -> None:
+    """Refused unless the record starting at `at` is a handshake record."""
+    if raw[at] != _HANDSHAKE:
+        raise Refused("not a TLS handshake record" if at == 0 else
+                      "a record of another type inside the ClientHello")
 
 
 def hello_whole(first: bytes, got: int, more_head: bytes | bytearray, more: int) -> bool:
