@@ -84,27 +84,27 @@ class PodStore:
             self._by_uid, self._by_name, self._groups = {}, {}, {}
             self.refused = more
             for p in pods:
-                old = self._by_uid.get(p.uid)
-                if old is not None:  # listed twice: the later one
-                    self._drop(old)
-                elif len(self._by_uid) >= MAX_PODS:
-                    self.refused += 1
-                    continue
-                self._put(p)
+                self._add(p)  # a pod listed twice: the later one
             self._dirty = True
 
     def put(self, p: PodInfo) -> bool:
         """Add or update one pod; False (and not kept) when MAX_PODS are kept already."""
         with self._lock:
-            if p.uid not in self._by_uid and len(self._by_uid) >= MAX_PODS:
-                self.refused += 1
+            if not self._add(p):
                 return False
-            old = self._by_uid.get(p.uid)
-            if old is not None and (old.namespace, old.name) != (p.namespace, p.name):
-                self._drop(old)
-            self._put(p)
             self._dirty = True
             return True
+
+    def _add(self, p: PodInfo) -> bool:
+        """`put` without the lock (the caller holds it); False when not kept (counted)."""
+        old = self._by_uid.get(p.uid)
+        if old is None and len(self._by_uid) >= MAX_PODS:
+            self.refused += 1
+            return False
+        if old is not None and (old.namespace, old.name) != (p.namespace, p.name):
+            self._drop(old)
+        self._put(p)
+        return True
 
     def delete(self, uid: str) -> None:
         with self._lock:
