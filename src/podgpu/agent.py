@@ -115,16 +115,17 @@ def list_file(collect: CollectSettings) -> str | None:
     return resolve_list_path(collect.collectors, collect.default_list)
 
 
+def _open_now(backend: Backend) -> None:
+    backend.open()
+
+
 def run(agent: Agent, *, ready: Callable[[Agent], None] | None = None,
-        open_backend: Callable[[Backend], None] | None = None) -> int:
+        open_backend: Callable[[Backend], None] = _open_now) -> int:
     """Open, collect once, serve until stopped; 1 when the collect loop died, else 0.
     `ready(agent)` runs once the port is bound (`agent.addresses`), on the serving thread;
-    `open_backend` opens it instead of its `open` (parts.OpenAhead.wait)."""
+    `open_backend` opens the backend: its `open` now, or parts.OpenAhead.wait (serve.py)."""
     backend, attributor = agent.backend, agent.attributor
-    if open_backend is None:
-        backend.open()
-    else:
-        open_backend(backend)
+    open_backend(backend)
     if attributor is not None:
         attributor.start()
     try:
