@@ -121,11 +121,13 @@ class OpenAhead:
     def __init__(self, backend: Backend | None) -> None:
         self.backend = backend
         self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
+        self._ahead: tuple[Backend, threading.Thread] | None = None
+        """The backend opening ahead and the thread opening it; None when none is."""
         if backend is not None:
-            self._thread = threading.Thread(target=self._open, args=(backend,),
-                                            name="podgpu-open", daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._open, args=(backend,), name="podgpu-open",
+                                      daemon=True)
+            self._ahead = (backend, thread)
+            thread.start()
 
     @classmethod
     def start(cls, settings: ServeSettings) -> OpenAhead:
@@ -150,20 +152,21 @@ class OpenAhead:
     def wait(self, backend: Backend) -> None:
         """`backend.open()` done: waited for when it runs ahead (raising what it raised), else
         called now."""
-        if self._thread is None:
+        if self._ahead is None:
             backend.open()
             return
-        self._thread.join()
+        self._ahead[1].join()
         if self._error is not None:
             raise self._error
 
     def abandon(self) -> None:
         """The agent was not built (bad input): close what the open opened."""
-        if self._thread is None or self.backend is None:
+        if self._ahead is None:
             return
-        self._thread.join(self.ABANDON_WAIT_SECONDS)
-        if not self._thread.is_alive() and self._error is None:
-            self.backend.close()
+        backend, thread = self._ahead
+        thread.join(self.ABANDON_WAIT_SECONDS)
+        if not thread.is_alive() and self._error is None:
+            backend.close()
 
 
 def make_attributor(kubernetes: KubernetesSettings, scenario: Scenario | None
