@@ -263,22 +263,6 @@ def lines(resp: http.client.HTTPResponse, max_bytes: int = MAX_LINE_BYTES) -> It
             yield line
 
 
-def mapping(value: Any) -> Mapping[str, Any]:
-    """A JSON object from the API, or an empty one when it is anything else: a field of the
-    wrong type counts as absent, so one odd object cannot fail a list."""
-    return value if isinstance(value, Mapping) else {}
-
-
-def sequence(value: Any) -> list[Any]:
-    """A JSON array from the API, or an empty one when it is anything else."""
-    return value if isinstance(value, list) else []
-
-
-def text(value: Any) -> str:
-    """A JSON string from the API, or '' when it is anything else."""
-    return value if isinstance(value, str) else ""
-
-
 def describe(exc: BaseException) -> str:
     """A short reason for a failed call, for the log and /health."""
     if isinstance(exc, KubeApiError):

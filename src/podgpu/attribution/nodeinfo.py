@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from podgpu.attribution.apijson import mapping, text
 from podgpu.attribution.apiserver import ApiCaller
-from podgpu.attribution.kubeapi import Connection, KubeConfig, mapping, text
+from podgpu.attribution.kubeapi import Connection, KubeConfig
 from podgpu.peers.backoff import BackoffLoop
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"

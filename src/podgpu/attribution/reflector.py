@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
+from podgpu.attribution.apijson import mapping, sequence
 from podgpu.attribution.apiserver import ApiCaller
 from podgpu.attribution.kubeapi import Connection, KubeApiError, lines
 from podgpu.peers.backoff import BackoffLoop
@@ -165,20 +166,18 @@ class Reflector(Generic[T]):
         items: list[T] = []
         token = ""
         more = 0
-        meta: Any = {}
+        meta: Mapping[str, Any] = {}
         while not self._stop.is_set():
             query = {**self._selector, "limit": str(self._page)}
             if token:
                 query["continue"] = token
             body = conn.get_json(self.path, query, timeout=LIST_TIMEOUT_SECONDS,
                                  max_bytes=MAX_LIST_PAGE_BYTES)
-            page = body.get("items")
-            for obj in page if isinstance(page, list) else ():
+            for obj in sequence(body.get("items")):
                 item = self.parse(obj) if isinstance(obj, dict) else None
                 if item is not None and self.listed(item):
                     items.append(item)
-            meta = body.get("metadata")
-            meta = meta if isinstance(meta, dict) else {}
+            meta = mapping(body.get("metadata"))
             token = str(meta.get("continue") or "")
             if not token:
                 break
@@ -216,8 +215,7 @@ class Reflector(Generic[T]):
                 conn.close()
 
     def _event(self, event: Any) -> None:
-        kind = event.get("type") if isinstance(event, dict) else None
-        obj = event.get("object") if isinstance(event, dict) else None
+        kind, obj = mapping(event).get("type"), mapping(event).get("object")
         if not isinstance(obj, dict):
             raise ValueError(f"a watch event without an object: {str(event)[:100]}")
         if kind == "ERROR":
@@ -225,9 +223,9 @@ class Reflector(Generic[T]):
                 raise Gone()
             message = str(obj.get("message") or obj)[:MAX_ERROR_MESSAGE]
             raise RuntimeError(f"watch error: {message}")
-        meta = obj.get("metadata")
-        if isinstance(meta, dict) and meta.get("resourceVersion"):
-            self.resource_version = str(meta["resourceVersion"])
+        version = mapping(obj.get("metadata")).get("resourceVersion")
+        if version:
+            self.resource_version = str(version)
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             item = self.parse(obj)
             if item is not None:

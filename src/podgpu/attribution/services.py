@@ -29,8 +29,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from podgpu.attribution.apijson import mapping, text
 from podgpu.attribution.apiserver import ApiCaller
-from podgpu.attribution.kubeapi import KubeConfig, mapping
+from podgpu.attribution.kubeapi import KubeConfig
 from podgpu.attribution.reflector import LIST_PAGE, WATCH_TIMEOUT_SECONDS, Reflector
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,8 @@ class ServiceInfo:
 def parse_service(obj: Mapping[str, Any]) -> ServiceInfo | None:
     """A Service object (JSON as the API serves it) -> ServiceInfo; None without a name."""
     meta = mapping(obj.get("metadata"))
-    name, ns = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not name or not isinstance(ns, str):
+    name, ns = text(meta.get("name")), meta.get("namespace")
+    if not name or not isinstance(ns, str):
         return None
     raw = mapping(mapping(obj.get("spec")).get("selector"))
     pairs = sorted((str(k), str(v)) for k, v in raw.items())

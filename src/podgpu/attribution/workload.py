@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from podgpu.attribution.kubeapi import mapping, sequence, text
+from podgpu.attribution.apijson import mapping, sequence, text
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TERMINATED = frozenset(("Succeeded", "Failed"))
