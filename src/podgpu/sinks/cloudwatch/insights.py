@@ -66,6 +66,9 @@ __all__ = ["FixedNode", "InsightsBuilder", "InsightsOptions", "KeepsInsightsFiel
            "is_insights", "no_pods", "with_insights_fields"]
 """The contract's helpers serve's agent and the tests use are re-exported from here."""
 
+MEMO_ENTRIES = 50_000
+"""Label sets kept built between cycles; past it (pod churn) the memo starts over."""
+
 
 class NodeSource(Protocol):
     """The Node object's facts: attribution/nodeinfo.NodeLookup, or a simulated node's."""
@@ -221,29 +224,40 @@ class InsightsBuilder:
 
     def _capacity_key(self, level: str, node: NodeObject, info: PodInfo | None) -> LabelKey:
         service = self._service(info)
-        memo = (level, node, info, service)
+        return self._memoised((level, node, info, service),
+                              lambda: self._build_capacity(level, node, info, service))
+
+    def _build_capacity(self, level: str, node: NodeObject, info: PodInfo | None,
+                        service: str) -> LabelKey:
+        o = self._opts
+        labels = {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
+                  "InstanceId": node.instance_id, "InstanceType": node.instance_type,
+                  "Type": level, "Version": VERSION, "Sources": CAPACITY_SOURCES[level]}
+        k8s: dict[str, object] = {"host": o.node_name}
+        if info is not None:
+            name, owners = workload_name(info.name, info.owners, info.labels)
+            labels.update(Namespace=info.namespace, PodName=name, FullPodName=info.name,
+                          Service=service)
+            k8s.update(namespace_name=info.namespace, pod_name=info.name)
+            if service:
+                k8s["service_name"] = service
+            if info.uid:
+                k8s["pod_id"] = info.uid
+            if info.labels:
+                k8s["labels"] = dict(info.labels)
+            if owners:
+                k8s["pod_owners"] = [{"owner_kind": k, "owner_name": n} for k, n in owners]
+        labels["kubernetes"] = json.dumps(k8s, separators=(",", ":"), sort_keys=True)
+        return tuple(sorted((k, v) for k, v in labels.items() if v != ""))
+
+    def _memoised(self, memo: tuple[object, ...], build: Callable[[], LabelKey]) -> LabelKey:
+        """The label set `build` makes for `memo`, built once; at MEMO_ENTRIES label sets (pod
+        churn) the memo starts over, so it never holds more."""
         key = self._memo.get(memo)
         if key is None:
-            o = self._opts
-            labels = {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
-                      "InstanceId": node.instance_id, "InstanceType": node.instance_type,
-                      "Type": level, "Version": VERSION, "Sources": CAPACITY_SOURCES[level]}
-            k8s: dict[str, object] = {"host": o.node_name}
-            if info is not None:
-                name, owners = workload_name(info.name, info.owners, info.labels)
-                labels.update(Namespace=info.namespace, PodName=name, FullPodName=info.name,
-                              Service=service)
-                k8s.update(namespace_name=info.namespace, pod_name=info.name)
-                if service:
-                    k8s["service_name"] = service
-                if info.uid:
-                    k8s["pod_id"] = info.uid
-                if info.labels:
-                    k8s["labels"] = dict(info.labels)
-                if owners:
-                    k8s["pod_owners"] = [{"owner_kind": k, "owner_name": n} for k, n in owners]
-            labels["kubernetes"] = json.dumps(k8s, separators=(",", ":"), sort_keys=True)
-            key = self._memo[memo] = tuple(sorted((k, v) for k, v in labels.items() if v != ""))
+            if len(self._memo) >= MEMO_ENTRIES:
+                self._memo.clear()
+            key = self._memo[memo] = build()
         return key
 
     def _key(self, level: str, dev: Device, ref: ContainerRef | None, node: NodeObject,
@@ -251,14 +265,9 @@ class InsightsBuilder:
              ) -> LabelKey:
         info = pods.get((ref.namespace, ref.pod)) if pods and ref is not None else None
         service = self._service(info) if level != NODE else ""
-        memo = (level, dev, ref, node, container_id, info, service)
-        key = self._memo.get(memo)
-        if key is None:
-            if len(self._memo) > 50_000:  # pod churn: start over
-                self._memo.clear()
-            key = self._memo[memo] = self._build(level, dev, ref, node, container_id, info,
-                                                 service)
-        return key
+        return self._memoised((level, dev, ref, node, container_id, info, service),
+                              lambda: self._build(level, dev, ref, node, container_id, info,
+                                                  service))
 
     def _build(self, level: str, dev: Device, ref: ContainerRef | None, node: NodeObject,
                container_id: str, info: PodInfo | None, service: str = "") -> LabelKey:

@@ -15,6 +15,7 @@ import pytest
 
 from podgpu.accounting.holders import AccountingShares
 from podgpu.attribution.nodeinfo import NodeObject, instance_id_of, parse_node
+from podgpu.attribution.podstore import PodInfo
 from podgpu.attribution.services import ServiceIndex, parse_service
 from podgpu.attribution.workload import PodGpus, controller_owners, pod_gpus, workload_name
 from podgpu.backends.select import SelectedBackend
@@ -28,6 +29,7 @@ from podgpu.sim.node import scenario_pods, simulated_node
 from podgpu.sim.scenario import SimulatedAttributor, load_scenario
 from podgpu.sinks.cloudwatch.destinations import is_insights_event
 from podgpu.sinks.cloudwatch.insights import (
+    MEMO_ENTRIES,
     FixedNode,
     InsightsBuilder,
     InsightsOptions,
@@ -289,6 +291,26 @@ def test_capacity_metrics_follow_the_add_ons_formulas() -> None:
     assert "node_gpu_unreserved_capacity" not in node  # formula not published: left out
     for e in (wide, node):
         assert ci_contract.check_event(e) == []
+
+
+def test_pod_churn_keeps_the_label_set_memo_bounded() -> None:
+    # Every cycle a new batch of GPU-limited pods, each a new `Type: Pod` label set: the memo of
+    # built label sets must start over at its bound, not keep every pod that ever ran.
+    node = Node()
+    batch = MEMO_ENTRIES // 2 + 1
+    pods: dict[tuple[str, str], PodInfo] = {}
+    builder = InsightsBuilder(InsightsOptions("demo", node.node.name), FixedNode(node.node),
+                              lambda: pods, shares=AccountingShares())
+    snapshot = node.collector.cycle()
+    for cycle in range(3):
+        pods = {("churn", f"job-{cycle}-{i}"): PodInfo(f"uid-{cycle}-{i}", "churn",
+                                                      f"job-{cycle}-{i}",
+                                                      gpus=PodGpus(1, 1, "Running"))
+                for i in range(batch)}
+        got = sum(1 for key, _, _ in builder.series(snapshot) if ("Type", "Pod") in key)
+        assert got == batch  # every pod still gets its event
+        kept = len(builder._memo)
+        assert kept <= MEMO_ENTRIES, (cycle, kept)
 
 
 def test_workload_names_and_gpu_resources_from_the_pod_object() -> None:
