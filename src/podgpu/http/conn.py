@@ -113,16 +113,19 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool | None:
         """The peer shut its side: close once what it asked is answered."""
-        self._eof = True
-        if self.state in (_S.IDLE, _S.HEAD):
-            self._peer_done()
+        self._peer_eof()
         if self.state is _S.ANSWER:
             return True  # the transport stays open for the answer
         self.close()
         return None
 
-    def _peer_done(self) -> None:
-        """The peer sent all it will: what it sent whole is answered; else close."""
+    def _peer_eof(self) -> None:
+        """The peer sent all it will (TCP FIN or TLS close_notify): what it sent whole is
+        answered; else close. In other states `_eof` alone tells: an answer under way closes the
+        connection once written."""
+        self._eof = True
+        if self.state not in (_S.IDLE, _S.HEAD):
+            return
         if self._h11 is None:
             return self.close()
         self._fed = None
@@ -212,9 +215,7 @@ class Connection(asyncio.BufferedProtocol):
         if got.plain:
             self._http(got.plain)
         if got.eof:
-            self._eof = True
-            if self.state in (_S.IDLE, _S.HEAD):
-                self._peer_done()
+            self._peer_eof()
 
     def _send_tls(self, out: bytes) -> None:
         if out and self._transport is not None:
