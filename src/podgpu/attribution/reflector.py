@@ -55,8 +55,9 @@ class Reflector(Generic[T]):
 
     A subclass is the kind: `parse` (an object as the API serves it -> T, or None to skip it),
     `listed` (whether a listed one is kept), `replace` (the whole list: at most a page more
-    than `cap` objects, and how many more the list had) and `apply` (one ADDED, MODIFIED or
-    DELETED object). `api` says how the calls go (/health).
+    than `cap` objects, and how many more the list had), `apply` (one ADDED, MODIFIED or
+    DELETED object) and, if it must, `failed` (a failed list or watch). `api` says how the
+    calls go (/health).
     """
 
     def __init__(self, path: str, api: ApiCaller, *, cap: int, thread_name: str,
@@ -99,6 +100,11 @@ class Reflector(Generic[T]):
 
     def apply(self, event: str, item: T) -> None:
         raise NotImplementedError
+
+    def failed(self, exc: Exception) -> None:
+        """A list or watch failed with `exc`: counted and said (`api`); a kind may also drop
+        what it keeps."""
+        self.api.failed(exc)
 
     # --- the thread
     @property
@@ -156,7 +162,7 @@ class Reflector(Generic[T]):
             self._listed = False
             if self._stop.is_set():
                 return True
-            self.api.failed(exc)
+            self.failed(exc)
             self._synced.set()
             return False
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from podgpu.attribution.apijson import mapping, text
 from podgpu.attribution.apiserver import ApiCaller
-from podgpu.attribution.kubeapi import KubeConfig
+from podgpu.attribution.kubeapi import KubeApiError, KubeConfig
 from podgpu.attribution.reflector import LIST_PAGE, WATCH_TIMEOUT_SECONDS, Reflector
 
 log = logging.getLogger(__name__)
@@ -193,12 +193,11 @@ class ServiceWatcher(Reflector[ServiceInfo]):
         elif not self.index.put(item):
             self._log_refused()
 
-    def step(self) -> bool:
-        """reflector's step; a 403 (not allowed to know the Services) also empties the index."""
-        ok = super().step()
-        if not ok and self.api.reason.startswith("403"):
+    def failed(self, exc: Exception) -> None:
+        """Counted and said; a 403 (not allowed to know the Services) also empties the index."""
+        super().failed(exc)
+        if isinstance(exc, KubeApiError) and exc.status == 403:
             self.index.replace(())
-        return ok
 
     def _log_refused(self) -> None:
         if self.index.refused and not self._refused_logged:

@@ -152,6 +152,23 @@ def test_watcher_without_rbac_logs_once_and_names_no_service(
             w.close()
 
 
+def test_rbac_taken_away_empties_the_index_another_failure_keeps_it(api: FakeKubeApi) -> None:
+    api.put_service(service("ml", "trainer", {"app": "trainer"}))
+    w = ServiceWatcher(configuration=KubeConfig(api.url), max_backoff_seconds=0.05)
+    try:
+        w.start(wait_seconds=5)
+        wait_for(lambda: w.first("ml", TRAINER) == "trainer", what="the listed Service")
+        api.fail_services = 500  # the API server failing: what the last list said stays
+        api.close_watches()
+        wait_for(lambda: w.errors >= 2, what="two failed attempts")
+        assert w.first("ml", TRAINER) == "trainer"
+        api.fail_services = 403  # the service account no longer allowed: nothing is known
+        wait_for(lambda: w.first("ml", TRAINER) == "", what="the index emptied by a 403")
+        assert str(w.health()["status"]).startswith("failing: 403")
+    finally:
+        w.close()
+
+
 def test_watcher_without_an_api_stays_empty() -> None:
     w = ServiceWatcher(environ={})
     w.start(wait_seconds=5)
