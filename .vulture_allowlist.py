@@ -49,7 +49,7 @@ _.changes  # fields/listfollow.py: reloads of the metric list
 _.available  # attribution/podwatch.py: the watch has API access at all
 _.has_token  # http/authcheck.py: the failure bucket
 _.in_flight  # http/authcheck.py: checks queued or running
-_.trims  # http/conn.py: memory hand-backs after a wave of closes (tests/unit/http/test_guard_states.py)
+_.trims  # http/budget.py: memory hand-backs after a wave of closes (tests/unit/http/test_guard_states.py)
 
 # A field of `podgpu plan`'s Container Insights estimate, beside the dollars it prices
 _.observations_per_minute

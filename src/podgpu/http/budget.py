@@ -24,7 +24,7 @@ import gc
 import logging
 from typing import Any, Protocol
 
-log = logging.getLogger("podgpu.http.guard")
+from podgpu.http.ratelog import RateLimitedLog
 
 DEFAULT_MEMORY_BUDGET = 16 * 1024 * 1024
 """Bytes held for all peers together (docs/limits.md; measured in bench/RESULTS.md "Listener
@@ -42,7 +42,8 @@ class Holder(Protocol):
 class MemoryBudget:
     """Bytes held per connection and in total; sheds the oldest holders when over `limit`."""
 
-    def __init__(self, limit: int = DEFAULT_MEMORY_BUDGET, *, rate_log: Any = None) -> None:
+    def __init__(self, limit: int = DEFAULT_MEMORY_BUDGET, *,
+                 rate_log: RateLimitedLog | None = None) -> None:
         self.limit = limit
         self.total = 0
         self.evicted = 0
