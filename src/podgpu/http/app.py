@@ -55,13 +55,17 @@ class Response:
         return next((v for n, v in self.headers if n.lower() == low), None)
 
 
+def phrase(status: int, default: str) -> str:
+    """The reason phrase `http.HTTPStatus` gives `status`, or `default` for a code it lacks."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return default
+
+
 def error(status: int) -> Response:
     """A short answer naming the status only: nothing of the request is echoed."""
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "Error"
-    return Response.text(status, f"{status} {phrase}\n")
+    return Response.text(status, f"{status} {phrase(status, 'Error')}\n")
 
 
 Handler = Callable[[Request], Response]

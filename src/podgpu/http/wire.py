@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from http import HTTPStatus
 from types import MappingProxyType
 from typing import NamedTuple
 
 import h11
 
-from podgpu.http.app import Request, Response, decode_path, error
+from podgpu.http.app import Request, Response, decode_path, error, phrase
 from podgpu.http.ratelog import short
 
 log = logging.getLogger("podgpu.http.guard")
@@ -112,7 +111,7 @@ def response_head(resp: Response, *, close: bool) -> bytes:
 
 
 def _head(resp: Response, *, close: bool) -> bytes:
-    lines = [f"HTTP/1.1 {resp.status} {reason(resp.status)}\r\n"]
+    lines = [f"HTTP/1.1 {resp.status} {phrase(resp.status, 'Status')}\r\n"]
     lines.extend(f"{name}: {value}\r\n" for name, value in resp.headers
                  if _UNSAFE.isdisjoint(name + value))
     lines.append(f"Content-Length: {len(resp.body)}\r\n")
@@ -120,13 +119,6 @@ def _head(resp: Response, *, close: bool) -> bytes:
         lines.append("Connection: close\r\n")
     lines.append("\r\n")
     return "".join(lines).encode("latin-1", errors="replace")
-
-
-def reason(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Status"
 
 
 def answer_of(handler: Callable[[Request], Response], request: Request) -> Response:
