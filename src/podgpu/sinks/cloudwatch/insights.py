@@ -229,26 +229,18 @@ class InsightsBuilder:
 
     def _build_capacity(self, level: str, node: NodeObject, info: PodInfo | None,
                         service: str) -> LabelKey:
-        o = self._opts
-        labels = {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
-                  "InstanceId": node.instance_id, "InstanceType": node.instance_type,
-                  "Type": level, "Version": VERSION, "Sources": CAPACITY_SOURCES[level]}
-        k8s: dict[str, object] = {"host": o.node_name}
+        labels = self._head(level, node)
+        labels["Sources"] = CAPACITY_SOURCES[level]
+        k8s: dict[str, object] = {"host": self._opts.node_name}
         if info is not None:
-            name, owners = workload_name(info.name, info.owners, info.labels)
-            labels.update(Namespace=info.namespace, PodName=name, FullPodName=info.name,
-                          Service=service)
-            k8s.update(namespace_name=info.namespace, pod_name=info.name)
+            pod_labels, pod_blob = _pod_part(info.namespace, info.name, info, service)
+            labels.update(pod_labels)
+            k8s.update(pod_blob, namespace_name=info.namespace)
             if service:
                 k8s["service_name"] = service
             if info.uid:
                 k8s["pod_id"] = info.uid
-            if info.labels:
-                k8s["labels"] = dict(info.labels)
-            if owners:
-                k8s["pod_owners"] = [{"owner_kind": k, "owner_name": n} for k, n in owners]
-        labels["kubernetes"] = json.dumps(k8s, separators=(",", ":"), sort_keys=True)
-        return tuple(sorted((k, v) for k, v in labels.items() if v != ""))
+        return _label_set(labels, k8s)
 
     def _memoised(self, memo: tuple[object, ...], build: Callable[[], LabelKey]) -> LabelKey:
         """The label set `build` makes for `memo`, built once; at MEMO_ENTRIES label sets (pod
@@ -271,31 +263,51 @@ class InsightsBuilder:
 
     def _build(self, level: str, dev: Device, ref: ContainerRef | None, node: NodeObject,
                container_id: str, info: PodInfo | None, service: str = "") -> LabelKey:
-        o = self._opts
-        labels = {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
-                  "InstanceId": node.instance_id, "InstanceType": node.instance_type,
-                  "GpuDevice": gpu_device(dev), "Type": level, "Version": VERSION,
-                  "Sources": SOURCES}
-        k8s: dict[str, object] = {"host": o.node_name}
+        labels = self._head(level, node)
+        labels.update(GpuDevice=gpu_device(dev), Sources=SOURCES)
+        k8s: dict[str, object] = {"host": self._opts.node_name}
         if ref is not None:
-            workload, owners = (workload_name(ref.pod, info.owners, info.labels)
-                                if info is not None else (ref.pod, ()))
-            labels.update(Namespace=ref.namespace, PodName=workload, FullPodName=ref.pod,
-                          UUID=dev.uuid, Service=service)
-            pod_labels = info.labels if info is not None and info.labels else ref.pod_labels
-            if pod_labels:
-                k8s["labels"] = dict(pod_labels)
-            k8s["pod_name"] = ref.pod
-            if owners:
-                k8s["pod_owners"] = [{"owner_kind": kind, "owner_name": name}
-                                     for kind, name in owners]
+            pod_labels, pod_blob = _pod_part(ref.namespace, ref.pod, info, service,
+                                             ref.pod_labels)
+            labels.update(pod_labels, UUID=dev.uuid)
+            k8s.update(pod_blob)
             if level == CONTAINER:
                 labels["ContainerName"] = ref.container
                 k8s["container_name"] = ref.container
                 if container_id:
                     k8s["containerd"] = {"container_id": container_id}
-        labels["kubernetes"] = json.dumps(k8s, separators=(",", ":"), sort_keys=True)
-        return tuple(sorted((k, v) for k, v in labels.items() if v != ""))
+        return _label_set(labels, k8s)
+
+    def _head(self, level: str, node: NodeObject) -> dict[str, str]:
+        """The labels every event of `level` on this node starts with."""
+        o = self._opts
+        return {MARK: level, "ClusterName": o.cluster_name, "NodeName": o.node_name,
+                "InstanceId": node.instance_id, "InstanceType": node.instance_type,
+                "Type": level, "Version": VERSION}
+
+
+def _pod_part(namespace: str, pod: str, info: PodInfo | None, service: str,
+              seen_labels: tuple[tuple[str, str], ...] = ()
+              ) -> tuple[dict[str, str], dict[str, object]]:
+    """A pod's labels (`PodName` is its workload's name) and its part of the `kubernetes` blob
+    (`pod_name`, `labels`, `pod_owners`), from the pod's object (`info`); without it the pod
+    names no workload and `seen_labels` (its labels as the series saw them) stand in."""
+    workload, owners = (workload_name(pod, info.owners, info.labels) if info is not None
+                        else (pod, ()))
+    labels = {"Namespace": namespace, "PodName": workload, "FullPodName": pod, "Service": service}
+    blob: dict[str, object] = {"pod_name": pod}
+    pod_labels = info.labels if info is not None and info.labels else seen_labels
+    if pod_labels:
+        blob["labels"] = dict(pod_labels)
+    if owners:
+        blob["pod_owners"] = [{"owner_kind": kind, "owner_name": name} for kind, name in owners]
+    return labels, blob
+
+
+def _label_set(labels: dict[str, str], k8s: dict[str, object]) -> LabelKey:
+    """The event's labels with the `kubernetes` blob as JSON text; empty values are left out."""
+    labels["kubernetes"] = json.dumps(k8s, separators=(",", ":"), sort_keys=True)
+    return tuple(sorted((k, v) for k, v in labels.items() if v != ""))
 
 
 def _items(level: str, readings: dict[str, float]) -> list[Item]:

@@ -293,6 +293,27 @@ def test_capacity_metrics_follow_the_add_ons_formulas() -> None:
         assert ci_contract.check_event(e) == []
 
 
+def test_a_pods_gpu_and_capacity_events_name_it_alike() -> None:
+    # train-0 as a Deployment's pod: its PodGPU, ContainerGPU and `Type: Pod` events carry one
+    # workload name, the same labels and owners, however each level is built.
+    node = Node()
+    train = PodInfo("uid-train", "ml", "train-0", (("app", "trainer"), ("pod-template-hash", "7c9")),
+                    owners=(("ReplicaSet", "trainer-7c9"),), gpus=PodGpus(1, 1, "Running"))
+    builder = InsightsBuilder(InsightsOptions("demo", node.node.name), FixedNode(node.node),
+                              lambda: {("ml", "train-0"): train},
+                              Services(service_obj("ml", "web", {"app": "trainer"})),
+                              shares=AccountingShares())
+    keys = [dict(key) for key, _, _ in builder.series(node.collector.cycle())]
+    events = [k for k in keys if k.get("FullPodName") == "train-0"]
+    assert sorted(e["Type"] for e in events) == ["ContainerGPU", "Pod", "PodGPU"]
+    for e in events:
+        blob = json.loads(e["kubernetes"])
+        assert (e["Namespace"], e["PodName"], e["Service"]) == ("ml", "trainer", "web"), e["Type"]
+        assert blob["pod_name"] == "train-0"
+        assert blob["labels"] == {"app": "trainer", "pod-template-hash": "7c9"}
+        assert blob["pod_owners"] == [{"owner_kind": "Deployment", "owner_name": "trainer"}]
+
+
 def test_pod_churn_keeps_the_label_set_memo_bounded() -> None:
     # Every cycle a new batch of GPU-limited pods, each a new `Type: Pod` label set: the memo of
     # built label sets must start over at its bound, not keep every pod that ever ran.
