@@ -12,7 +12,8 @@ the pod's own (`kubeapi.in_cluster`). Every failure on the way is one exception 
 
 `ApiCaller` keeps one background caller's state for /health: `status` (`starting`, `ok`,
 `failing: <why>`, `unavailable: <why>`), a count of failed calls, and one log line per distinct
-reason (at most MAX_LOGGED_REASONS), plus one when it works again.
+reason (at most MAX_LOGGED_REASONS), plus one when it works again. `ApiUser` is what each
+caller's thread object shares around its `ApiCaller` (the watches, the Node lookup).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from podgpu.attribution.kubeapi import (
     describe,
     in_cluster,
 )
+from podgpu.peers.backoff import BackoffLoop
 
 log = logging.getLogger(__name__)
 
@@ -127,3 +129,44 @@ class ApiCaller:
     def health(self) -> dict[str, object]:
         """This caller's entry in /health: status and failed calls."""
         return {"status": self.status, "errors": self.errors}
+
+
+class ApiUser:
+    """A background user of the API server on a BackoffLoop, around its `ApiCaller` (`api`):
+    `errors`, `reason`, `available` and `health()` read through to it."""
+
+    def __init__(self, api: ApiCaller) -> None:
+        self.api = api
+
+    @property
+    def errors(self) -> int:
+        return self.api.errors
+
+    @property
+    def reason(self) -> str:
+        return self.api.reason
+
+    @property
+    def available(self) -> bool:
+        return self.api.available
+
+    def health(self) -> dict[str, object]:
+        """This user's entry in /health: status and failed calls."""
+        return self.api.health()
+
+    def lacks_node(self, node_name: str, why: str) -> bool:
+        """True when `node_name` is '' (NODE_NAME not set): then there is no API for this user,
+        and `why` says so (once)."""
+        if node_name:
+            return False
+        if self.api.available:
+            self.api.unavailable(why)
+        return True
+
+    def connect_or_end(self, loop: BackoffLoop) -> Connection | None:
+        """`api.connect()`; None after saying why, with `loop` stopped when there is no API to
+        reach at all (retrying cannot help)."""
+        conn = self.api.connect()
+        if conn is None and not self.api.available:
+            loop.stop()
+        return conn

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from podgpu.attribution.apijson import mapping, text
-from podgpu.attribution.apiserver import ApiCaller
+from podgpu.attribution.apiserver import ApiCaller, ApiUser
 from podgpu.attribution.kubeapi import Connection, KubeConfig
 from podgpu.peers.backoff import BackoffLoop
 
@@ -79,7 +79,7 @@ def parse_node(obj: Mapping[str, Any]) -> NodeObject:
     )
 
 
-class NodeLookup:
+class NodeLookup(ApiUser):
     """Reads this node's Node object on a daemon thread: at start, then every `refresh` s."""
 
     def __init__(self, node_name: str, *, configuration: KubeConfig | None = None,
@@ -87,9 +87,9 @@ class NodeLookup:
                  refresh: float = REFRESH_SECONDS) -> None:
         self._node = node_name
         self._path = f"/api/v1/nodes/{quote(node_name, safe='')}"
-        self.api = ApiCaller(f"Container Insights' GET {self._path}", rbac="get on nodes",
-                             without="InstanceId and InstanceType stay empty",
-                             configuration=configuration, environ=environ)
+        super().__init__(ApiCaller(f"Container Insights' GET {self._path}", rbac="get on nodes",
+                                   without="InstanceId and InstanceType stay empty",
+                                   configuration=configuration, environ=environ))
         self._current = NodeObject(name=node_name)
         self._conn: Connection | None = None
         self._done = threading.Event()
@@ -97,27 +97,13 @@ class NodeLookup:
         self._loop = BackoffLoop(self._read, name="podgpu-node", first=retry, cap=retry,
                                  every=refresh)
 
-    @property
-    def errors(self) -> int:
-        return self.api.errors
-
-    @property
-    def reason(self) -> str:
-        return self.api.reason
-
     def current(self) -> NodeObject:
         return self._current
 
-    def health(self) -> dict[str, object]:
-        """The `node` entry of /health's Container Insights part: status, failed reads."""
-        return self.api.health()
-
     def start(self, wait_seconds: float = 2.0) -> None:
         """Start reading; wait up to `wait_seconds` for the first answer (or failure)."""
-        if not self._node:
-            if self.api.available:
-                self.api.unavailable("NODE_NAME is not set (set it from spec.nodeName with the "
-                                     "downward API)")
+        if self.lacks_node(self._node, "NODE_NAME is not set (set it from spec.nodeName with "
+                                       "the downward API)"):
             return
         self._loop.start()
         self._done.wait(wait_seconds)
@@ -129,10 +115,8 @@ class NodeLookup:
         """One GET, the attempt of the thread's BackoffLoop (podgpu.peers): True when it
         answered; a failure is counted and said. Never raises."""
         try:
-            self._conn = self._conn or self.api.connect()
+            self._conn = self._conn or self.connect_or_end(self._loop)
             if self._conn is None:
-                if not self.api.available:
-                    self._loop.stop()
                 return False
             self._current = parse_node(self._conn.get_json(self._path,
                                                            timeout=GET_TIMEOUT_SECONDS))

@@ -114,25 +114,15 @@ class PodWatcher(Reflector[PodInfo]):
     def index(self) -> PodIndex:
         return self._store.index()
 
-    @property
-    def available(self) -> bool:
-        return self.api.available
-
-    @property
-    def reason(self) -> str:
-        return self.api.reason
-
     def health(self) -> dict[str, object]:
         """The `pod_watch` entry of /health: status, pods kept, failed calls."""
         return {**self.api.health(), "pods": len(self._store)}
 
     def start(self, wait_seconds: float = 1.0) -> None:
         """Connect and start watching; wait up to `wait_seconds` for the first list."""
-        if not self._node:
-            if self.api.available:
-                self.api.unavailable("NODE_NAME is not set, so the pod watch cannot be limited "
-                                     "to this node; set it from spec.nodeName with the "
-                                     "downward API")
+        if self.lacks_node(self._node, "NODE_NAME is not set, so the pod watch cannot be "
+                                       "limited to this node; set it from spec.nodeName with "
+                                       "the downward API"):
             return
         super().start(wait_seconds)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from podgpu.attribution.apijson import mapping, sequence
-from podgpu.attribution.apiserver import ApiCaller
+from podgpu.attribution.apiserver import ApiCaller, ApiUser
 from podgpu.attribution.kubeapi import Connection, KubeApiError, lines
 from podgpu.peers.backoff import BackoffLoop
 
@@ -50,7 +50,7 @@ class Gone(Exception):
     """The watch's resourceVersion is too old (HTTP 410): list again."""
 
 
-class Reflector(Generic[T]):
+class Reflector(ApiUser, Generic[T]):
     """Lists and watches `path` (with `selector`, e.g. a field selector) on a daemon thread.
 
     A subclass is the kind: `parse` (an object as the API serves it -> T, or None to skip it),
@@ -69,8 +69,8 @@ class Reflector(Generic[T]):
                  wait: Callable[[float], bool] | None = None) -> None:
         """`clock` (monotonic seconds) times a watch; `wait(seconds)` pauses the thread and says
         whether it was stopped meanwhile (default: the stop event's wait; tests record it)."""
+        super().__init__(api)
         self.path = path
-        self.api = api
         self.cap = cap
         self._selector = dict(selector or {})
         self._page = list_page
@@ -107,10 +107,6 @@ class Reflector(Generic[T]):
         self.api.failed(exc)
 
     # --- the thread
-    @property
-    def errors(self) -> int:
-        return self.api.errors
-
     def start(self, wait_seconds: float = 1.0) -> None:
         """Start listing and watching; wait up to `wait_seconds` for the first list (or the
         first failure)."""
@@ -138,11 +134,9 @@ class Reflector(Generic[T]):
         said; the loop backs off, or ends when there is no API at all). Never raises."""
         try:
             if self._conn is None:
-                self._conn = self.api.connect()
+                self._conn = self.connect_or_end(self._loop)
                 if self._conn is None:
                     self._synced.set()  # a failure ends the wait for the first list too
-                    if not self.api.available:
-                        self._loop.stop()
                     return False
             if not self._listed:
                 self._list(self._conn)
