@@ -68,7 +68,7 @@ class Reflector(ApiUser, Generic[T]):
                  clock: Callable[[], float] = time.monotonic,
                  wait: Callable[[float], bool] | None = None) -> None:
         """`clock` (monotonic seconds) times a watch; `wait(seconds)` pauses the thread and says
-        whether it was stopped meanwhile (default: the stop event's wait; tests record it)."""
+        whether it was stopped meanwhile (default: the loop's own; tests record it)."""
         super().__init__(api)
         self.path = path
         self.cap = cap
@@ -76,12 +76,10 @@ class Reflector(ApiUser, Generic[T]):
         self._page = list_page
         self._watch_timeout = watch_timeout_seconds
         self._read_margin = watch_read_margin_seconds
-        self._stop = threading.Event()
         self._synced = threading.Event()
         self._clock = clock
-        self._wait = wait or self._stop.wait
         self._loop = BackoffLoop(self.step, name=thread_name, first=min(1.0, max_backoff_seconds),
-                                 cap=max_backoff_seconds, every=0.0, wait=self._wait)
+                                 cap=max_backoff_seconds, every=0.0, wait=wait)
         self._conn: Connection | None = None
         self._listed = False
         self.resource_version = ""
@@ -119,7 +117,6 @@ class Reflector(ApiUser, Generic[T]):
         return self._synced.wait(timeout)
 
     def close(self, timeout: float = 2.0) -> None:
-        self._stop.set()
         self._loop.stop()
         conn = self._conn
         if conn is not None:
@@ -147,14 +144,14 @@ class Reflector(ApiUser, Generic[T]):
                 started = self._clock()
                 self._watch(self._conn)
                 if self._clock() - started < ANTI_SPIN_SECONDS:  # a proxy closing watches
-                    self._wait(ANTI_SPIN_SECONDS)  # at once must not make it spin
+                    self._loop.wait(ANTI_SPIN_SECONDS)  # at once must not make it spin
             return True
         except Gone:
             self._listed = False
             return True
         except Exception as exc:
             self._listed = False
-            if self._stop.is_set():
+            if self._loop.stopped:
                 return True
             self.failed(exc)
             self._synced.set()
@@ -167,7 +164,7 @@ class Reflector(ApiUser, Generic[T]):
         token = ""
         more = 0
         meta: Mapping[str, Any] = {}
-        while not self._stop.is_set():
+        while not self._loop.stopped:
             query = {**self._selector, "limit": str(self._page)}
             if token:
                 query["continue"] = token
@@ -185,7 +182,7 @@ class Reflector(ApiUser, Generic[T]):
                 rest = meta.get("remainingItemCount")
                 more = rest if isinstance(rest, int) and rest > 0 else 0
                 break
-        if self._stop.is_set():
+        if self._loop.stopped:
             return
         self.replace(items, more)
         self.resource_version = str(meta.get("resourceVersion") or "")
@@ -205,7 +202,7 @@ class Reflector(ApiUser, Generic[T]):
                 raise
             try:
                 for line in lines(resp):
-                    if self._stop.is_set():
+                    if self._loop.stopped:
                         break
                     self._event(json.loads(line))
             finally:

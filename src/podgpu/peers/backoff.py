@@ -40,6 +40,10 @@ class BackoffLoop:
     def stopped(self) -> bool:
         return self._stopped.is_set()
 
+    def wait(self, seconds: float) -> bool:
+        """Wait `seconds` (an attempt may pause too); whether the loop was stopped meanwhile."""
+        return self._wait(seconds)
+
     def start(self) -> None:
         """Run the loop on its thread (once; later calls do nothing)."""
         if self._thread is None:
@@ -63,7 +67,7 @@ class BackoffLoop:
         wait = 0.0
         if self._after_failure:
             wait, backoff = backoff, min(self._cap, backoff * 2)
-        while not self._stopped.is_set() and not self._wait(wait):
+        while not self._stopped.is_set() and not self.wait(wait):
             if self._stopped.is_set():
                 return
             if self._try():
