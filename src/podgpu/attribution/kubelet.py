@@ -196,16 +196,15 @@ class PodResourcesClient:
         self._dra = dra
         extra = frozenset(resource_names)
         self._gpu: Callable[[str], bool] = lambda name: is_gpu_resource(name, extra)
-        self._interval = max(MIN_POLL_SECONDS, poll_interval_seconds)
-        self._max_backoff = max(self._interval, max_backoff_seconds)
+        interval = max(MIN_POLL_SECONDS, poll_interval_seconds)
         self._timeout = timeout_seconds
         self._clock = clock
         self._state = PodResourcesState(ok=False)
         self._first = threading.Event()
         # interval, 2x, 4x ... up to max_backoff_seconds after failures; the interval after an answer
         self._loop = BackoffLoop(lambda: self.poll_once().ok, name="podgpu-kubelet",
-                                 first=self._interval, cap=self._max_backoff,
-                                 every=self._interval)
+                                 first=interval, cap=max(interval, max_backoff_seconds),
+                                 every=interval)
         self._calling = threading.Lock()  # one List at a time, whoever calls
         self._last: tuple[bytes, tuple[ContainerDevices, ...]] | None = None
         """The last answer's digest and entries: an unchanged answer is not parsed again."""
