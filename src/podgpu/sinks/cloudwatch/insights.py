@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from podgpu.attribution.nodeinfo import NodeObject
-from podgpu.attribution.podwatch import PodInfo
+from podgpu.attribution.podstore import PodInfo
 from podgpu.attribution.workload import TERMINATED, workload_name
 from podgpu.model import ContainerRef, Device, Snapshot
 from podgpu.sinks.cloudwatch.insights_contract import (
