@@ -323,7 +323,10 @@ class Connection(asyncio.BufferedProtocol):
         """Write the pending answer, one step per empty transport buffer."""
         self._pump_soon = False
         t, out = self._transport, self._out
-        while out is not None and t is not None and not self._paused_writing:
+        # a transport that failed a write (the peer reset) is closing before connection_lost
+        # comes: what is still pending, pipelined answers included, is not written to it
+        while out is not None and t is not None and not t.is_closing() and \
+                not self._paused_writing:
             if out.done:
                 self._answered()
                 break  # to the charge below: an answer done in a later turn holds nothing

@@ -173,6 +173,20 @@ def test_a_slow_reader_holds_nothing_once_its_answer_is_taken() -> None:
     assert guard.budget.held(conn) == 0 and guard.budget.total == 0
 
 
+def test_nothing_more_is_written_once_a_write_has_failed() -> None:
+    conn, t, _, _, _ = connection()
+    writes = 0
+
+    def reset_by_peer(data: object) -> None:  # asyncio: the write fails, the transport closes,
+        nonlocal writes                        # connection_lost comes in a later loop turn
+        writes += 1
+        t.closed = True
+
+    t.write = reset_by_peer  # type: ignore[method-assign]
+    send(conn, GET * 5)  # pipelined: four more answers behind the failed one
+    assert writes == 1
+
+
 def test_resume_writing_writes_in_the_next_loop_turn_not_inside_the_transport() -> None:
     conn, t, _, _, turns = connection(room=0)
     send(conn, GET)
