@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podgpu.attribution.nodeinfo import NodeObject, parse_node
-from podgpu.attribution.podwatch import PodInfo, parse_pod
+from podgpu.attribution.podstore import PodInfo
+from podgpu.attribution.podwatch import parse_pod
 from podgpu.attribution.services import ServiceInfo, parse_service
 
 FUZZ = settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])

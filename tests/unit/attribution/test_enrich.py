@@ -16,7 +16,7 @@ from podgpu.attribution.enrich import (
     sanitize_label_name,
 )
 from podgpu.attribution.kubelet import ContainerDevices
-from podgpu.attribution.podwatch import PodIndex, PodInfo
+from podgpu.attribution.podstore import PodIndex, PodInfo
 from podgpu.model import Allocation, ContainerRef, GpuProcess
 from tests.unit.attribution.test_deviceids import DEVICES, G0, G1, MIG_A, MIG_B
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from podgpu.attribution.podwatch import PodIndex, PodInfo, bare_container_id, parse_pod
+from podgpu.attribution.podstore import PodIndex, PodInfo
+from podgpu.attribution.podwatch import bare_container_id, parse_pod
 
 
 def pod_json(uid: str = "u-1", **status: object) -> dict[str, object]:
