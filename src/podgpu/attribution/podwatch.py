@@ -23,9 +23,7 @@ from typing import Any
 from podgpu.attribution.apijson import mapping, sequence, text
 from podgpu.attribution.apiserver import ApiCaller
 from podgpu.attribution.kubeapi import KubeConfig
-from podgpu.attribution.podstore import MAX_PODS, PodStore
-from podgpu.attribution.podstore import PodIndex as PodIndex  # re-exported: its readers import it here
-from podgpu.attribution.podstore import PodInfo as PodInfo  # re-exported: its readers import it here
+from podgpu.attribution.podstore import MAX_PODS, PodIndex, PodInfo, PodStore
 from podgpu.attribution.reflector import (
     WATCH_READ_MARGIN_SECONDS,
     WATCH_TIMEOUT_SECONDS,
