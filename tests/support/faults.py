@@ -6,7 +6,7 @@
 Reported: scrapes during the outage that lacked any GPU's DCGM_FI_DEV_GPU_UTIL (target 0), the
 collect cycles that advanced during the outage (target: one per interval), the scrape at which the
 pod labels were gone after the kubelet left and back after it returned (in collect intervals,
-target within two), `podgpu_collect_errors_total{source="kubelet"}` over the outage (the backoff
+target within two intervals and one collect cycle), `podgpu_collect_errors_total{source="kubelet"}` over the outage (the backoff
 keeps it small), and RSS before and after. The short form is tests/integration/test_faults.py.
 """
 

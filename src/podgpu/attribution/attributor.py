@@ -206,7 +206,7 @@ def build_attributor(settings: KubernetesSettings, *, kube_api_configuration: An
             dra=settings.dra, timeout_seconds=list_deadline(poll),
             resource_names=options.extra_resources,
             # retry a missing kubelet at least once per collect interval, so labels return
-            # within two intervals after it does (measured in bench/RESULTS.md)
+            # within two intervals and one cycle after it does (measured in bench/RESULTS.md)
             max_backoff_seconds=poll,
         ),
         stale_after_seconds=stale_after(poll),
