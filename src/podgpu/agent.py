@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from podgpu import __version__
 from podgpu.errors import ListenError
@@ -164,8 +164,7 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     return listen_until_stopped(agent, started, app, publishing.stats, ready)
 
 
-@dataclass(frozen=True, slots=True)
-class Lists:
+class Lists(NamedTuple):
     """The metric list in use, its file's follower and the HPC job mapper (None: off)."""
 
     switch: MetricListSwitch
@@ -173,8 +172,7 @@ class Lists:
     hpc: HpcJobMapper | None
 
 
-@dataclass(frozen=True, slots=True)
-class Publishing:
+class Publishing(NamedTuple):
     """The accountant (None: off), the listener's counters, the publisher of each snapshot."""
 
     acct: Accountant | None
@@ -182,8 +180,7 @@ class Publishing:
     publisher: Publisher[Snapshot]
 
 
-@dataclass(frozen=True, slots=True)
-class Started:
+class Started(NamedTuple):
     """What runs until the listener returns, and the list reload that must not wait on it."""
 
     loop: CollectLoop

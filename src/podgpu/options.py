@@ -22,7 +22,7 @@ import argparse
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from podgpu.errors import ConfigError
 
@@ -105,8 +105,7 @@ def csv_list(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
+class Option(NamedTuple):
     """One flag: its spellings, environment variable, default, parser and help.
 
     `bounds` (inclusive, in the parsed unit) clamps an out-of-range value with a warning;
@@ -140,7 +139,7 @@ def _shown(opt: Option) -> str:
         return opt.shown
     if opt.default is None or opt.default == ():
         return "unset"
-    if isinstance(opt.default, tuple):
+    if type(opt.default) is tuple:  # a list such as (20.0, 20.0), not a NamedTuple record
         return ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in opt.default)
     if isinstance(opt.default, bool):
         return "true" if opt.default else "false"

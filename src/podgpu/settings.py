@@ -13,7 +13,7 @@ Units: dcgm-exporter's flags keep its milliseconds (`-c`, `-x`, the count window
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from podgpu.errors import ConfigError
 from podgpu.model.selection import DeviceSelection
@@ -27,8 +27,7 @@ DEFAULT_EMF_INTERVAL = 60.0
 DEFAULT_EMF_QUEUE_BYTES = 8 * 1024 * 1024  # >= 2 h of an 8-GPU node: bench/RESULTS.md "EMF"
 
 
-@dataclass(frozen=True, slots=True)
-class CollectSettings:
+class CollectSettings(NamedTuple):
     """What is read from the GPUs and how often (milliseconds, as dcgm-exporter's flags)."""
 
     interval_ms: int = DEFAULT_COLLECT_INTERVAL_MS
@@ -43,7 +42,7 @@ class CollectSettings:
     """How often the list file is checked for edits (fields/listfollow.py)."""
     configmap: tuple[str, str] | None = None
     """-m: (namespace, name) of a ConfigMap whose `metrics` key holds the list; wins over -f."""
-    devices: DeviceSelection = field(default_factory=DeviceSelection)
+    devices: DeviceSelection = DeviceSelection()
     """-d: which GPUs / MIG GPU instances get series (model/selection.py)."""
     xid_window_ms: int = DEFAULT_WINDOW_MS
     clock_events_window_ms: int = DEFAULT_WINDOW_MS
@@ -60,8 +59,7 @@ class CollectSettings:
         return self.interval_ms / 1000.0
 
 
-@dataclass(frozen=True, slots=True)
-class KubernetesSettings:
+class KubernetesSettings(NamedTuple):
     """Pod attribution (-k and its companions); `poll_interval` (s) follows the collect interval."""
 
     enabled: bool = False
@@ -83,8 +81,10 @@ class KubernetesSettings:
     """KUBERNETES_SERVICE_HOST is set: podgpu runs in a pod, where the API server is."""
     poll_interval: float = 1.0
 
-    def __post_init__(self) -> None:
-        """Validated once, here, whoever builds it (the option table's messages come first)."""
+    def checked(self) -> KubernetesSettings:
+        """These settings, or a ConfigError naming the bad value. A NamedTuple runs no code when
+        built, so whoever builds one from input calls this (config/serve.py, after the option
+        table's own messages)."""
         if self.gpu_id_type not in ("uid", "device-name"):
             raise ConfigError(f"--kubernetes-gpu-id-type {self.gpu_id_type!r}: expected uid or "
                               "device-name")
@@ -92,10 +92,10 @@ class KubernetesSettings:
             raise ConfigError("--pod-resources-kubelet-socket must not be empty")
         if not self.poll_interval > 0:
             raise ConfigError(f"kubelet poll interval must be > 0 s, got {self.poll_interval}")
+        return self
 
 
-@dataclass(frozen=True, slots=True)
-class HttpSettings:
+class HttpSettings(NamedTuple):
     """The listener of /metrics, /health and the live view (seconds)."""
 
     host: str | None = None
@@ -108,8 +108,7 @@ class HttpSettings:
     """exporter-toolkit web config (TLS, client certificates, basic auth): docs/web-config.md."""
 
 
-@dataclass(frozen=True, slots=True)
-class EmfSettings:
+class EmfSettings(NamedTuple):
     """The CloudWatch EMF sink, the same for `serve` and `emf` (docs/cloudwatch.md; seconds)."""
 
     config: str
@@ -155,8 +154,7 @@ class EmfSettings:
     events, to their own log group."""
 
 
-@dataclass(frozen=True, slots=True)
-class SimulationSettings:
+class SimulationSettings(NamedTuple):
     """--simulate: a GPU node without a GPU (podgpu.sim)."""
 
     spec: str
@@ -167,8 +165,7 @@ class SimulationSettings:
     """Busy and idle seconds of the gpu-burn pattern."""
 
 
-@dataclass(frozen=True, slots=True)
-class OutputSettings:
+class OutputSettings(NamedTuple):
     """How series are labelled (dcgm-exporter's label flags)."""
 
     hostname: str = ""
@@ -178,8 +175,7 @@ class OutputSettings:
     """-o: dcgm-exporter 1.x label names (uuid, pod_name, pod_namespace, container_name)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AccountingSettings:
+class AccountingSettings(NamedTuple):
     """Per-pod GPU accounting counters (docs/accounting.md)."""
 
     enabled: bool = True
@@ -189,23 +185,21 @@ class AccountingSettings:
     """Longest gap between two snapshots that is integrated (podgpu stalled beyond it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class LogSettings:
+class LogSettings(NamedTuple):
     debug: bool = False
     format: str = "text"
 
 
-@dataclass(frozen=True, slots=True)
-class ServeSettings:
+class ServeSettings(NamedTuple):
     """Everything `podgpu serve` needs, one object per component; `emf` and `simulation` are None
     when off. `warnings` (ignored dcgm-exporter flags, clamped values) are logged at start."""
 
-    collect: CollectSettings = field(default_factory=CollectSettings)
-    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
-    http: HttpSettings = field(default_factory=HttpSettings)
-    output: OutputSettings = field(default_factory=OutputSettings)
-    log: LogSettings = field(default_factory=LogSettings)
+    collect: CollectSettings = CollectSettings()
+    kubernetes: KubernetesSettings = KubernetesSettings()
+    http: HttpSettings = HttpSettings()
+    output: OutputSettings = OutputSettings()
+    log: LogSettings = LogSettings()
     emf: EmfSettings | None = None
     simulation: SimulationSettings | None = None
-    accounting: AccountingSettings = field(default_factory=AccountingSettings)
+    accounting: AccountingSettings = AccountingSettings()
     warnings: tuple[str, ...] = ()

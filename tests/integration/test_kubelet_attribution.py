@@ -179,9 +179,9 @@ def test_attribute_never_raises(kubelet: FakeKubelet, sock: str) -> None:
         ({"poll_interval": 0}, "must be > 0"),
     ],
 )
-def test_factory_refuses_bad_values(kw: dict[str, object], message: str) -> None:
+def test_settings_check_refuses_bad_values(kw: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        build_attributor(KubernetesSettings(enabled=True, **kw))  # type: ignore[arg-type]
+        build_attributor(KubernetesSettings(enabled=True, **kw).checked())  # type: ignore[arg-type]
 
 
 def test_factory_without_kubernetes_or_scenario_gives_none() -> None:

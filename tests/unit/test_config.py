@@ -68,6 +68,7 @@ def test_addresses(address: str, host: str | None, port: int) -> None:
         (["--hostname-label", "host"], {}, "use Hostname or hostname"),
         (["--log-format", "xml"], {}, "use text or json"),
         (["--kubernetes-gpu-id-type", "index"], {}, "use uid or device-name"),
+        (["-k", "--pod-resources-kubelet-socket="], {}, "must not be empty"),
         (["--simulate-scenario", "s.json"], {}, "needs --simulate"),
         (["--simulate-burn", "5"], {}, "ON,OFF"),
     ],

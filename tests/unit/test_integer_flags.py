@@ -27,7 +27,7 @@ def _option_tables() -> list[Option]:
         module = importlib.import_module(
             ".".join(("podgpu", *path.relative_to(SRC).with_suffix("").parts)))
         for value in vars(module).values():
-            if isinstance(value, tuple) and value and all(isinstance(o, Option) for o in value):
+            if type(value) is tuple and value and all(isinstance(o, Option) for o in value):
                 for opt in value:
                     found[(opt.flags, opt.dest)] = opt
     return list(found.values())

@@ -20,7 +20,6 @@ enough for Prometheus to scrape the final value and memory stays bounded under p
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -34,13 +33,14 @@ PRUNE_EVERY = 10.0
 between `grace` and `grace + PRUNE_EVERY` after it was last seen."""
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
+class Options(NamedTuple):
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     """How long a finished holder's counters stay exported (seconds)."""
     max_gap_seconds: float = DEFAULT_MAX_GAP_SECONDS
     """Longest interval between two snapshots that is integrated (seconds)."""
 
+
+DEFAULT_OPTIONS = Options()
 
 _new = tuple.__new__
 """Entry(...) through NamedTuple's generated __new__ costs ~1 us; this a third of that."""
@@ -69,18 +69,9 @@ class GpuEnergy(NamedTuple):
     joules: float
 
 
-def _empty() -> Mapping[HolderKey, Entry]:
-    return MappingProxyType({})
-
-
-def _empty_gpu() -> Mapping[str, GpuEnergy]:
-    return MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class State:
-    entries: Mapping[HolderKey, Entry] = field(default_factory=_empty)
-    unattributed: Mapping[str, GpuEnergy] = field(default_factory=_empty_gpu)
+class State(NamedTuple):
+    entries: Mapping[HolderKey, Entry] = MappingProxyType({})
+    unattributed: Mapping[str, GpuEnergy] = MappingProxyType({})
     """Per GPU UUID: energy used while no container held the GPU or any of its instances."""
     skipped_seconds: float = 0.0
     """Time in intervals longer than max_gap_seconds, not integrated."""
@@ -109,7 +100,7 @@ def _energy_j(prev: Snapshot, cur: Snapshot) -> dict[str, tuple[Device, float]]:
 
 
 def advance(state: State, prev: Snapshot | None, cur: Snapshot,
-            opts: Options = Options()) -> State:
+            opts: Options = DEFAULT_OPTIONS) -> State:
     """The totals after `cur`, given those after `prev` (None: `cur` is the first snapshot, which
     only makes its holders' series appear at 0)."""
     by_gpu = cycle_rates(cur)

@@ -217,7 +217,8 @@ def _build(r: Resolved, env: Mapping[str, str], warnings: list[str]) -> ServeSet
         compile_allowlist(k["label_allowlist"], warnings)  # type: ignore[arg-type]
     node_name = env.get("NODE_NAME", "")
     kubernetes = KubernetesSettings(node_name=node_name, in_cluster=in_cluster,
-                                    poll_interval=collect.interval, **k)  # type: ignore[arg-type]
+                                    poll_interval=collect.interval, **k  # type: ignore[arg-type]
+                                    ).checked()
     h = section(r, "http")
     try:
         host, port = v.address(str(h.pop("address")))

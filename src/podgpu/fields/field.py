@@ -4,8 +4,7 @@ catalog.py is written with."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 PromType = Literal["gauge", "counter", "label"]
 ValueType = Literal["int", "float", "str"]
@@ -15,8 +14,7 @@ Scope = Literal["gpu", "both"]
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
+class Source(NamedTuple):
     """How a backend reads a field.
 
     kind:
@@ -60,8 +58,7 @@ class Source:
         return text
 
 
-@dataclass(frozen=True, slots=True)
-class Field:
+class Field(NamedTuple):
     """One DCGM field: its identity, exposition type, value type, unit and help."""
 
     name: str

@@ -17,8 +17,8 @@ from __future__ import annotations
 import csv
 import io
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from podgpu.errors import MetricListError
 from podgpu.fields.catalog import BY_NAME, Field, closest, dcgm_id, lookup
@@ -39,8 +39,7 @@ MAX_ROW_WARNINGS = 20
 """More unavailable rows than this are summarised in one warning."""
 
 
-@dataclass(frozen=True, slots=True)
-class MetricRow:
+class MetricRow(NamedTuple):
     """One active row: the catalog field, the type to print in `# TYPE`, the help text, and the
     name as the list spells it (`metric`), which is the name podgpu exports (dcgm-exporter keeps
     the list's spelling: an alias or a 1.x `dcgm_*` name stays as written)."""
@@ -62,8 +61,7 @@ class MetricRow:
         return self.metric or self.field.name
 
 
-@dataclass(frozen=True, slots=True)
-class UnavailableRow:
+class UnavailableRow(NamedTuple):
     """A row naming a real DCGM field that podgpu cannot export: warned about at start and shown
     as podgpu_field_unavailable{field, reason}, never an exit."""
 
@@ -73,8 +71,7 @@ class UnavailableRow:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class MetricList:
+class MetricList(NamedTuple):
     """The parsed list: metric rows in file order, label rows, rows podgpu cannot export, and
     warnings for the log."""
 

@@ -14,15 +14,14 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, NamedTuple
 
 SERVER_NAME = "podgpu"
 """The Server header: the product only, never library or Python versions."""
 NOSNIFF = (("X-Content-Type-Options", "nosniff"),)
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """One parsed request head. `headers` keys are lower case (last value wins); `path` is the
     percent-decoded path without the query; `remote` the peer's address."""
 

@@ -36,8 +36,7 @@ import logging
 import resource
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from podgpu.http.budget import DEFAULT_MEMORY_BUDGET, MemoryBudget
 from podgpu.http.ratelog import LOG_EVERY_SECONDS, RateLimitedLog, quiet_accept_errors, short
@@ -77,8 +76,7 @@ LINGER_SECONDS = 2.0
 reset (the answer had that long to be read; a scraper closes at once)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Limits:
+class Limits(NamedTuple):
     """The listener's limits; the defaults are documented in docs/limits.md."""
 
     max_connections: int = DEFAULT_MAX_CONNECTIONS

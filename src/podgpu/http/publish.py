@@ -8,9 +8,8 @@ import gzip
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from podgpu.logs import log_once
 
@@ -19,12 +18,11 @@ S = TypeVar("S")
 """What is rendered: serve's Snapshot, the bridge's tick time."""
 
 
-@dataclass(frozen=True, slots=True)
-class Published(Generic[S]):
+class Published(NamedTuple, Generic[S]):
     snapshot: S
     body: bytes
     body_gzip: bytes
-    extra: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))
+    extra: Mapping[str, bytes] = MappingProxyType({})
     """Other bodies rendered from the same snapshot (the live page and its JSON), by name."""
 
 

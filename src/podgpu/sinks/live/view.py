@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from podgpu.model import Allocation, ContainerRef, Device, Sample, Snapshot
 from podgpu.sinks.live.schema import DeviceView, HealthView, PodView, SnapshotView
@@ -31,8 +31,7 @@ Holder = tuple[str, str, str]
 refs carry no pod UID unless asked; process refs do)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ViewOptions:
+class ViewOptions(NamedTuple):
     """Node facts that are not in the snapshot. `interval_seconds` tells clients how often to poll."""
 
     node: str

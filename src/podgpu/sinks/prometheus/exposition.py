@@ -9,7 +9,7 @@ Decision record: docs/decisions/0003-own-exposition-renderer.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from podgpu.fields.metriclist import MetricList
 from podgpu.fields.xid import error_labels
@@ -30,11 +30,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 
-@dataclass(frozen=True, slots=True)
-class RenderOptions:
+class RenderOptions(NamedTuple):
     labels: LabelOptions
     build_info: tuple[tuple[str, str], ...] = ()
-    timings: tuple[tuple[str, float], ...] = field(default=())
+    timings: tuple[tuple[str, float], ...] = ()
     """Durations measured outside the snapshot (e.g. the previous render), by stage name."""
 
 

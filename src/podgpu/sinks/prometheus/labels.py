@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from podgpu.model import Allocation, ContainerRef, Device, Sample
 
@@ -17,8 +17,7 @@ _WS = re.compile(r"\s+")
 Pairs = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class LabelOptions:
+class LabelOptions(NamedTuple):
     hostname: str
     hostname_label: str = "Hostname"
     replace_blanks_in_model_name: bool = False

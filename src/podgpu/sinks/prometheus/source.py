@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
 from math import isfinite
 from typing import NamedTuple, Protocol
 
@@ -36,8 +35,7 @@ class Sample(NamedTuple):
     suffix: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Family:
+class Family(NamedTuple):
     """A metric family: name, help, type (gauge, counter, summary) and its samples. A family
     without samples is not rendered (nothing to say is said by saying nothing)."""
 
