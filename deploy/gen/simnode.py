@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from podgpu.attribution.base import Attribution
@@ -62,9 +62,9 @@ def set_value(gpu: int, field: str, value: Callable[[float, Sample], float | int
     def fault(t: float, r: Reading) -> Reading:
         if t < start:
             return r
-        samples = tuple(replace(s, values={**s.values, field: value(t, s)})
+        samples = tuple(s._replace(values={**s.values, field: value(t, s)})
                         if s.device.index == gpu else s for s in r.samples)
-        return replace(r, samples=samples)
+        return r._replace(samples=samples)
     return fault
 
 

@@ -8,15 +8,13 @@ backend found. An implementation must answer from state it keeps up to date in t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from podgpu.model import Allocation, Device, GpuProcess
 from podgpu.model.status import OK, StageStatus
 
 
-@dataclass(frozen=True, slots=True)
-class Attribution:
+class Attribution(NamedTuple):
     """One cycle's attribution result.
 
     `status` is ok, or unavailable with the reason (shown by /health as `kubelet: ...`);

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from podgpu.model import Device, GpuProcess, Sample
 
@@ -12,8 +11,7 @@ if TYPE_CHECKING:
     from podgpu.fields.catalog import Field
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
+class Reading(NamedTuple):
     """What one `Backend.read` returns.
 
     `lost` names devices that could not be read at all this cycle, with the reason (a lost GPU

@@ -28,7 +28,6 @@ XID 79, and the XID field keeps the last XID seen.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from types import MappingProxyType
 
 from podgpu.backends import derived
@@ -101,4 +100,4 @@ HUNG_CODE = "DCGM_FR_NVML_API"
 
 def with_instances(sample: Sample, instances: Iterable[Device]) -> tuple[Sample, ...]:
     """A lost GPU's sample and a copy under each of its last known MIG GPU instances."""
-    return (sample, *(replace(sample, device=d) for d in instances))
+    return (sample, *(sample._replace(device=d) for d in instances))

@@ -13,9 +13,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from podgpu.backends import derived
 from podgpu.backends.derived import ClockEventCounter
@@ -33,21 +32,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("podgpu.backends.nvml")
 
+_NO_LABELS: Mapping[str, Value] = MappingProxyType({})
+
 Peer = tuple[int, str, Any]
 """(index, UUID, NVML handle) of another live GPU, for this GPU's P2P row."""
 
 
-@dataclass(frozen=True, slots=True)
-class GpuView:
+class GpuView(NamedTuple):
     """What the collect thread knows about one GPU: a frozen copy its worker hands back."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field hides tuple.index, which nothing calls
     uuid: str = ""
     handle: Any = None
     """Opaque NVML handle, only passed back to other GPUs' workers for P2P calls."""
     device: Device | None = None
     instances: tuple[Device, ...] = ()
-    labels: Mapping[str, Value] = field(default_factory=lambda: MappingProxyType({}))
+    labels: Mapping[str, Value] = _NO_LABELS
     """Label-typed field values read so far (static facts), for a lost GPU's sample."""
     gpm_reason: str | None = None
     instance_gpm: bool = False
@@ -59,8 +59,7 @@ class GpuView:
         return self.device.device_name if self.device is not None else f"gpu{self.index}"
 
 
-@dataclass(frozen=True, slots=True)
-class GpuResult:
+class GpuResult(NamedTuple):
     samples: tuple[Sample, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
     errors: int = 0
@@ -69,8 +68,7 @@ class GpuResult:
     """The GPU as its worker left it; None when the worker did not answer in time."""
 
 
-@dataclass(frozen=True, slots=True)
-class CycleJob:
+class CycleJob(NamedTuple):
     """One cycle's instructions for one GPU (immutable, handed to its worker)."""
 
     plan: Plan
@@ -299,5 +297,5 @@ class GpuRunner:
                     row[peer] = 6  # Unknown, as dcgm-exporter maps anything else
             g.p2p_key, g.p2p_row = key, row
         if not g.p2p_row:  # a single-GPU node (or every other GPU lost): say so, don't vanish
-            return replace(sample, missing={**sample.missing, f.name: "no peer GPU on this node"})
-        return replace(sample, labeled=sample.labeled + derived.p2p_series(sorted(g.p2p_row.items())))
+            return sample._replace(missing={**sample.missing, f.name: "no peer GPU on this node"})
+        return sample._replace(labeled=sample.labeled + derived.p2p_series(sorted(g.p2p_row.items())))

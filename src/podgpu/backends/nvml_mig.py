@@ -9,10 +9,8 @@ id; podgpu keeps one Device per GI (the first MIG device handle found), like dcg
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from podgpu.backends.nvml_lib import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, Lib, text
 from podgpu.model import Device
@@ -29,8 +27,7 @@ def profile_from_name(name: str) -> str:
     return tail.strip() if sep else name.split()[-1] if name.split() else name
 
 
-@dataclass(frozen=True, slots=True)
-class MigInstance:
+class MigInstance(NamedTuple):
     device: Device
     handle: Any
     """A MIG device handle inside this GPU instance (memory info, processes)."""
@@ -68,8 +65,7 @@ def enumerate_instances(lib: Lib, handle: Any, parent: Device) -> tuple[MigInsta
         gi_id = int(m.nvmlDeviceGetGpuInstanceId(mig))
         if gi_id in found:
             continue  # another compute instance of the same GPU instance
-        device = dataclasses.replace(
-            parent,
+        device = parent._replace(
             mig_profile=profile_from_name(text(m.nvmlDeviceGetName(mig))),
             mig_gi_id=gi_id,
             mig_uuid=text(m.nvmlDeviceGetUUID(mig)),

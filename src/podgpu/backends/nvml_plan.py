@@ -13,9 +13,8 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from podgpu.backends import derived
 from podgpu.backends.nvml_lib import Lib, text
@@ -29,19 +28,19 @@ CLOCK_REASONS_CALL = "nvmlDeviceGetCurrentClocksEventReasons"
 
 CLOCK_EVENTS = derived.CLOCK_EVENTS  # dcgm-exporter's clock_event label values per bit
 
+_NOTHING_UNKNOWN: Mapping[str, str] = MappingProxyType({})
+
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                  6: "usVal"}
 
 
-@dataclass(frozen=True, slots=True)
-class FvEntry:
+class FvEntry(NamedTuple):
     field: Field
     field_id: int
     scope: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class CallGroup:
+class CallGroup(NamedTuple):
     """One NVML call `ref(handle[, arg])` whose result feeds `fields` (possibly none: a call
     made only for the exporter's clock-event count)."""
 
@@ -50,16 +49,14 @@ class CallGroup:
     fields: tuple[Field, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RateEntry:
+class RateEntry(NamedTuple):
     field: Field
     field_ids: tuple[int, ...]
     """Cumulative NVML field ids summed over all links (scope 0xFFFFFFFF) or one link."""
     scope: int = ALL_LINKS
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(NamedTuple):
     fv: tuple[FvEntry, ...] = ()
     rates: tuple[RateEntry, ...] = ()
     calls: tuple[CallGroup, ...] = ()
@@ -73,7 +70,7 @@ class Plan:
     """DCGM_EXP_GPU_HEALTH_STATUS, derived per GPU after its reads (backends/derived.py)."""
     p2p: Field | None = None
     """DCGM_EXP_P2P_STATUS, from nvmlDeviceGetP2PStatus for each GPU pair."""
-    unknown: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    unknown: Mapping[str, str] = _NOTHING_UNKNOWN
     """Fields this pynvml cannot read at all (missing constant), with why."""
 
     def batch(self) -> list[int | tuple[int, int]]:

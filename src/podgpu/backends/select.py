@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from podgpu.backends.base import Backend, Reading
@@ -165,7 +164,7 @@ class SelectedBackend:
         mig = self._mig_gpus(devs)
         ids = self._entity_ids(devs)
         keep = tuple(s for s in r.samples if selected(s.device, self._sel, mig, ids))
-        return replace(r, samples=keep)
+        return r._replace(samples=keep)
 
     def unavailable_fields(self) -> dict[str, str]:
         return self._inner.unavailable_fields()

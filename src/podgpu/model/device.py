@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple, Never
 
 Value = int | float | str
 """A field's value in DCGM's unit: int for DCGM_FT_INT64, float for DCGM_FT_DOUBLE, str for labels."""
 
 
-def _empty_values() -> Mapping[str, Value]:
-    return MappingProxyType({})
-
-
-def _empty_reasons() -> Mapping[str, str]:
-    return MappingProxyType({})
+_EMPTY: Mapping[str, Never] = MappingProxyType({})
+"""The default `values` and `missing`: one read-only empty mapping, shared by every sample."""
 
 
 DEFAULT_COMPUTE_SLICES = 7
@@ -28,15 +24,14 @@ def mig_slices(model: str) -> int:
     return 4 if "A30" in model else DEFAULT_COMPUTE_SLICES
 
 
-@dataclass(frozen=True, slots=True)
-class Device:
+class Device(NamedTuple):
     """Identity of one entity that gets its own series set: a whole GPU or one MIG GPU instance.
 
     `uuid`, `index`, `device_name` and `model` are the parent GPU's, as dcgm-exporter labels MIG
     series with the parent's identity plus GPU_I_PROFILE/GPU_I_ID.
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field hides tuple.index, which nothing calls
     """NVML index of the (parent) GPU: the `gpu` label."""
     uuid: str
     """GPU-<uuid> of the (parent) GPU: the `UUID` label."""
@@ -67,8 +62,7 @@ class Device:
         return self.uuid
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(NamedTuple):
     """One device's readings in one cycle, keyed by DCGM field name, in DCGM's units.
 
     A field the device cannot supply is absent from `values` (never a sentinel) and, when the
@@ -76,8 +70,8 @@ class Sample:
     """
 
     device: Device
-    values: Mapping[str, Value] = field(default_factory=_empty_values)
-    missing: Mapping[str, str] = field(default_factory=_empty_reasons)
+    values: Mapping[str, Value] = _EMPTY
+    missing: Mapping[str, str] = _EMPTY
     labeled: tuple[LabeledValue, ...] = ()
     """Series with extra labels, e.g. DCGM_EXP_XID_ERRORS_COUNT{window_size_in_ms,xid}."""
     lost: str | None = None
@@ -85,8 +79,7 @@ class Sample:
     identity, label fields, XID and health FAIL only, so its alerts keep firing."""
 
 
-@dataclass(frozen=True, slots=True)
-class LabeledValue:
+class LabeledValue(NamedTuple):
     """One extra series of a field: its extra labels in output order, and its value."""
 
     field: str

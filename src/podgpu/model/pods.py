@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerRef:
+class ContainerRef(NamedTuple):
     """A container in a pod, as the kubelet or the Kubernetes API names it."""
 
     namespace: str
@@ -16,8 +15,7 @@ class ContainerRef:
     pod_labels: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Allocation:
+class Allocation(NamedTuple):
     """One device assigned to one container by a device plugin.
 
     `device_key` is `Device.key` of the GPU or MIG instance; `replica` is the sharing suffix of the
@@ -31,8 +29,7 @@ class Allocation:
     replica: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class GpuProcess:
+class GpuProcess(NamedTuple):
     """A process running on a device, with the pod it belongs to when that is known.
 
     `used_memory_bytes` and `sm_util_percent` are None when NVML cannot report them.

@@ -10,7 +10,7 @@ ids for `i` (backends/select.py says how DCGM numbers them).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_INDEX = 1023
 """The largest GPU index or GPU-instance id accepted: far above any node, and it keeps a range
@@ -18,8 +18,7 @@ such as `g:0-99999999999` from building a list of that many numbers (MemoryError
 _PART = re.compile(r"^(?P<kind>[gi])(?::(?P<range>\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*))?$")
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceSelection:
+class DeviceSelection(NamedTuple):
     """`gpus`/`instances`: None = that kind is not selected; () = all of that kind."""
 
     flex: bool = True

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from podgpu.model.device import Device, Sample
 from podgpu.model.pods import Allocation, GpuProcess
 from podgpu.model.status import DISABLED, StageStatus
 
 
-@dataclass(frozen=True, slots=True)
-class StageResult:
+class StageResult(NamedTuple):
     """How one stage of a cycle went: its wall time and, on failure, why."""
 
     name: str
@@ -19,8 +18,7 @@ class StageResult:
     error: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """Everything known about the node at the end of one cycle.
 
     `taken_at` is Unix time in seconds. `lost_devices` lists devices that failed this cycle

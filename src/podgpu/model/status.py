@@ -7,14 +7,12 @@ they showed before ('ok', 'disabled', 'unavailable: <why>').
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 StageState = Literal["ok", "disabled", "unavailable"]
 
 
-@dataclass(frozen=True, slots=True)
-class StageStatus:
+class StageStatus(NamedTuple):
     state: StageState = "ok"
     reason: str = ""
     """Why it is unavailable (empty otherwise)."""

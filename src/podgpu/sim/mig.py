@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from podgpu.backends import derived
@@ -136,8 +136,8 @@ class MigLayout:
                                   f"{model} has {memory_mib // 1000} GB")
             parent = gpus[m.gpu]
             self._instances[m.gpu] = tuple(
-                replace(parent, mig_profile=p, mig_gi_id=k + 1,
-                        mig_uuid=f"MIG-{uuid.uuid5(_MIG_NS, f'{parent.uuid}/{k + 1}')}")
+                parent._replace(mig_profile=p, mig_gi_id=k + 1,
+                                mig_uuid=f"MIG-{uuid.uuid5(_MIG_NS, f'{parent.uuid}/{k + 1}')}")
                 for k, p in enumerate(m.profiles))
 
     def devices(self, gpus: Sequence[Device]) -> tuple[Device, ...]:
@@ -205,7 +205,7 @@ def _parent(s: Sample, *, active: bool) -> Sample:
             missing[name] = _NOT_ON_MIG
     if "DCGM_FI_DEV_MIG_MODE" in values:
         values["DCGM_FI_DEV_MIG_MODE"] = 1
-    return replace(s, values=values, missing=missing)
+    return s._replace(values=values, missing=missing)
 
 
 def _memory(parent: Sample, instances: Sequence[Sample]) -> Sample:
@@ -218,7 +218,7 @@ def _memory(parent: Sample, instances: Sequence[Sample]) -> Sample:
     if "DCGM_FI_DEV_FB_FREE" in values:  # used + free stay the GPU's, whatever else is read
         before = int(parent.values["DCGM_FI_DEV_FB_USED"])
         values["DCGM_FI_DEV_FB_FREE"] = max(0, int(values["DCGM_FI_DEV_FB_FREE"]) + before - used)
-    return replace(parent, values=values)
+    return parent._replace(values=values)
 
 
 def _own_values(dev: Device, table: Mapping[str, Value | None], busy: bool

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from podgpu.attribution.nodeinfo import NodeObject
@@ -163,11 +163,11 @@ def mig_view(snap: Snapshot, instances: int) -> Snapshot:
         values = {n: v for n, v in s.values.items()
                   if (f := lookup(n)) is not None and f.scope == "both"}
         for i in range(instances):
-            dev = replace(s.device, mig_profile=profile, mig_gi_id=i + 1,
-                          mig_uuid=f"MIG-{uuid.uuid5(_MIG_NS, f'{s.device.uuid}/{i}')}")
+            dev = s.device._replace(mig_profile=profile, mig_gi_id=i + 1,
+                                    mig_uuid=f"MIG-{uuid.uuid5(_MIG_NS, f'{s.device.uuid}/{i}')}")
             samples.append(Sample(dev, values))
             by_slot[(s.device.key, i)] = dev.key
     allocs = tuple(Allocation(by_slot[(a.device_key, a.replica or 0)], a.container,
                               f"nvidia.com/mig-{profile}", by_slot[(a.device_key, a.replica or 0)])
                    for a in snap.allocations)
-    return replace(snap, samples=tuple(samples), allocations=allocs, processes=())
+    return snap._replace(samples=tuple(samples), allocations=allocs, processes=())

@@ -36,7 +36,7 @@ import hashlib
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -209,11 +209,11 @@ class SimulatedAttributor:
     def attribute(self, devices: tuple[Device, ...], processes: tuple[GpuProcess, ...]
                   ) -> Attribution:
         allocs = tuple(
-            replace(a, container=shape_ref(a.container, self._opts, process=False))
+            a._replace(container=shape_ref(a.container, self._opts, process=False))
             for a in self._scenario.allocations(devices)
         )
         procs = tuple(
-            replace(p, container=shape_ref(p.container, self._opts, process=True))
+            p._replace(container=shape_ref(p.container, self._opts, process=True))
             if p.container is not None else p
             for p in processes
         )

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from dataclasses import replace
-
 from podgpu.http.health import health, stale_after, watch_warnings
 from podgpu.http.publish import Published
 from podgpu.model import Snapshot, StageResult
@@ -50,7 +48,7 @@ def test_every_gpu_lost_or_backend_down_is_200_degraded_only_stale_is_503() -> N
     # a one-GPU node whose GPU fell off the bus must not be restarted by the chart's
     # liveness probe (dcgm-exporter answers 200); only the strict probe fails
     snap = simulated_snapshot(2)
-    lost = tuple(replace(s, values={}, lost="GPU is lost") for s in snap.samples)
+    lost = tuple(s._replace(values={}, lost="GPU is lost") for s in snap.samples)
     all_lost = Snapshot(taken_at=snap.taken_at, samples=lost,
                         stages=(StageResult("backend", 0.01, False, "lost"),),
                         lost_devices=(("gpu 0 (GPU-a)", "GPU is lost"),

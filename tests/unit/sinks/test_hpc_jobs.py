@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,7 +23,7 @@ def test_jobs_multiply_series_of_their_gpu_and_mig_instance_only(tmp_path: Path)
     (tmp_path / "3.9").write_text("mig-7\n")  # GPU 3's instance 9
     (tmp_path / "3").write_text("parent-only\n")  # the parent key does not apply to its instance
     base = pods_snapshot()
-    snap = dataclasses.replace(base, hpc_jobs=tuple(sorted(HpcJobMapper(str(tmp_path)).read().items())))
+    snap = base._replace(hpc_jobs=tuple(sorted(HpcJobMapper(str(tmp_path)).read().items())))
     before, after = util_series(render_default(base)), util_series(render_default(snap))
 
     def by_gpu(rows: list[dict[str, str]], gpu: str) -> list[dict[str, str]]:
@@ -42,7 +41,7 @@ def test_jobs_multiply_series_of_their_gpu_and_mig_instance_only(tmp_path: Path)
 
 def test_hpc_job_sits_among_the_attributes_in_key_order() -> None:
     base = pods_snapshot()
-    snap = dataclasses.replace(base, hpc_jobs=(("0", ("j1",)),))
+    snap = base._replace(hpc_jobs=(("0", ("j1",)),))
     line = next(ln for ln in render_default(snap).decode().splitlines()
                 if ln.startswith('DCGM_FI_DEV_GPU_UTIL{gpu="0"'))
     names = [kv.split("=", 1)[0] for kv in line[line.index("{") + 1:line.rindex("}")].split(",")]

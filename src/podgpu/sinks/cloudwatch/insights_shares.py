@@ -27,7 +27,6 @@ unchanged, as the add-on sends them.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Protocol
 
 from podgpu.model import ContainerRef, Device, Sample, Snapshot
@@ -73,7 +72,7 @@ def gpu_readings(samples: Sequence[Sample], rule: ShareRule) -> tuple[Device, di
     insts = [s for s in samples if s.device.is_mig]
     if not insts:
         return samples[0].device, device_readings(samples[0])
-    dev = replace(insts[0].device, mig_profile=None, mig_gi_id=None, mig_uuid=None)
+    dev = insts[0].device._replace(mig_profile=None, mig_gi_id=None, mig_uuid=None)
     per = [(rule.fraction(s.device), device_readings(s)) for s in insts]
     first = per[0][1]
     out: dict[str, float] = {k: first[k] for k in ("temperature", "power_draw") if k in first}

@@ -467,7 +467,6 @@ def test_stdout_prints_the_declarations_and_container_insights_events_of_one_sin
 def test_shares_follow_the_accounting_rule_when_processes_are_not_seen() -> None:
     """Without per-process numbers a holder's utilisation is the device's split by allocation,
     as accounting splits it; memory it cannot see is left out, never 0."""
-    from dataclasses import replace
 
     node = Node()
     snap = node.collector.cycle()
@@ -475,7 +474,7 @@ def test_shares_follow_the_accounting_rule_when_processes_are_not_seen() -> None
 
     def shares(processes: tuple[Any, ...]) -> dict[str, dict[str, Any]]:
         out = {}
-        for key, _, items in node.builder.series(replace(snap, processes=processes)):
+        for key, _, items in node.builder.series(snap._replace(processes=processes)):
             d = dict(key)
             if d.get("Type") == "ContainerGPU" and d["GpuDevice"] == "nvidia1":
                 out[d["FullPodName"]] = dict(items)
@@ -485,14 +484,14 @@ def test_shares_follow_the_accounting_rule_when_processes_are_not_seen() -> None
     rest = tuple(p for p in snap.processes if p.device_key != nvidia1)
     # no hostPID: the GPU's processes are not attributed -> GPU_UTIL (100) split 1:1 by the
     # replicas held; no memory; power split by allocation too
-    blind = shares(rest + tuple(replace(p, container=None) for p in on1))
+    blind = shares(rest + tuple(p._replace(container=None) for p in on1))
     assert set(blind) == {"infer-a", "infer-b"}
     assert [v["container_gpu_utilization"] for v in blind.values()] == [50.0, 50.0]
     assert all("container_gpu_memory_used" not in v for v in blind.values())
     a, b = blind["infer-a"]["container_gpu_power_draw"], blind["infer-b"]["container_gpu_power_draw"]
     assert a == pytest.approx(b, abs=1e-3)
     # memory known, no per-process utilisation sample
-    no_util = shares(rest + tuple(replace(p, sm_util_percent=None) for p in on1))
+    no_util = shares(rest + tuple(p._replace(sm_util_percent=None) for p in on1))
     assert all(v["container_gpu_utilization"] == 50.0 and "container_gpu_memory_used" in v
                for v in no_util.values())
     # only infer-a runs: infer-b holds the GPU and uses nothing of it, so no power either

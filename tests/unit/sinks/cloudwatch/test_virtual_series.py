@@ -49,8 +49,8 @@ def agent_rows(snap: Snapshot, labels: LabelOptions, names: set[str]) -> Counter
 VIRTUAL = LabelOptions(hostname="node-a", virtual_gpus=True)
 
 
-@pytest.mark.parametrize("labels", [VIRTUAL, dataclasses.replace(VIRTUAL, pod_uid=True),
-                                    dataclasses.replace(VIRTUAL, old_namespace=True)],
+@pytest.mark.parametrize("labels", [VIRTUAL, VIRTUAL._replace(pod_uid=True),
+                                    VIRTUAL._replace(old_namespace=True)],
                          ids=["default", "pod-uid", "old-namespace"])
 def test_virtual_gpus_emf_series_equal_the_agents_scrape_of_metrics(labels: LabelOptions
                                                                     ) -> None:
@@ -80,7 +80,7 @@ def test_default_mode_keeps_one_device_series_per_gpu() -> None:
 def test_hpc_jobs_reach_emf_as_they_reach_metrics() -> None:
     """--hpc-job-mapping-dir: the agent scraping /metrics sees hpc_job, so the EMF sink carries it."""
     labels = LabelOptions(hostname="node-a")
-    snap = dataclasses.replace(pods_snapshot(), hpc_jobs=(("0", ("1001", "1002")),))
+    snap = pods_snapshot()._replace(hpc_jobs=(("0", ("1001", "1002")),))
     mine = emf_rows(snap, labels)
     assert mine == agent_rows(snap, labels, {name for name, _, _ in mine})
     jobs = sorted(dict(lbls).get("hpc_job", "") for name, lbls, _ in mine
