@@ -1,6 +1,6 @@
 """A stand-in for nvidia-ml-py in `python -m bench.startup --fake-nvml` (no GPU needed): the fake
 NVML of tests/fakes/fake_pynvml.py with one GPU (GPM supported, as on Hopper) whose nvmlInit
-takes PODGPU_BENCH_NVML_INIT_S seconds (default 0.04, about what an H200 took) and every other
+while NVML is down takes PODGPU_BENCH_NVML_INIT_S seconds (default 0.04, about what an H200 took) and every other
 call PODGPU_BENCH_NVML_CALL_S (default 20 microseconds), each in a sleep that releases the GIL as
 ctypes does during a real NVML call (so a thread making NVML calls while another imports waits
 for the GIL after each, as it would on a GPU machine). A model of the GPU machine's start-up, not
@@ -23,7 +23,8 @@ _CALL_S = float(os.environ.get("PODGPU_BENCH_NVML_CALL_S", "0.00002"))
 
 class _SlowInitNvml(FakeNvml):
     def nvmlInit(self) -> None:
-        time.sleep(_INIT_S)
+        if not self.initialized:  # NVML counts its inits: one while it is up only counts
+            time.sleep(_INIT_S)
         super().nvmlInit()
 
     def _tick(self, name: str, handle: Any = None) -> Any:

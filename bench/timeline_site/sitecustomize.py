@@ -1,7 +1,8 @@
 """Loaded by `python -m bench.startup_timeline` in the podgpu it starts (this directory first on
 PYTHONPATH): one stderr line `TL <seconds since the parent's spawn> [<thread>] <event>` for the
 start of chosen imports, each NVML call the first time and whenever it takes over 2 ms, the
-NVML open's start and end on its own thread, the wait for it, and each wiring step of
+open's thread (NVML's init, then the backend's open), the hand-over of the backend, the wait for
+the open, and each wiring step of
 `podgpu.agent._serve` (the first cycle is `start_collecting`). It only wraps: nothing podgpu
 does changes, apart from the few microseconds each line costs."""
 
@@ -64,8 +65,9 @@ def wrap_pynvml(module: ModuleType) -> None:
 
 def wrap_parts(module: ModuleType) -> None:
     cls = module.OpenAhead
+    cls.begin = traced("the flags parsed, the backend handed over", cls.begin, always=True)
     cls.wait = traced("the wait for the open", cls.wait, always=True)
-    cls._open = traced("the open", cls._open, always=True)  # its own method: a probe's wrap
+    cls._run = traced("the open's thread", cls._run, always=True)  # its own method: a probe's wrap
 
 
 def wrap_agent(module: ModuleType) -> None:

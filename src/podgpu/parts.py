@@ -111,62 +111,90 @@ def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend
 
 
 class OpenAhead:
-    """The NVML backend's `open()` on its own thread from `start` on, while the caller builds
-    the rest (podgpu/serve.py says why). With --simulate there is nothing to wait for: no
-    backend is made here and `wait` opens the agent's own."""
+    """NVML's open on a thread of its own ("podgpu-open"), started before the flags are parsed
+    (`early`): the thread inits NVML at once, a wait in the driver that needs no setting, then
+    waits for `begin` to hand it the backend the settings make and opens that. The backend's own
+    init then finds NVML up (NVML counts its inits), and the thread's init is shut down once the
+    open is done, so NVML ends initialised exactly as often as the backend inited it. serve.py
+    says why. With --simulate, or when pynvml cannot be imported, no backend is handed over and
+    `wait` opens the agent's own on the caller's thread."""
 
     ABANDON_WAIT_SECONDS = 5.0
     """How long `abandon` waits for an open in flight before leaving it to the exiting process."""
 
-    def __init__(self, backend: Backend | None) -> None:
-        self.backend = backend
+    def __init__(self, module: Any = None) -> None:
+        """`module`: the pynvml to init ahead (None: no thread, nothing ahead)."""
+        self.backend: Backend | None = None
+        """The backend `begin` made for the flags (None with --simulate): opening ahead when
+        there is a thread, else opened by `wait`."""
         self._error: BaseException | None = None
-        self._ahead: tuple[Backend, threading.Thread] | None = None
-        """The backend opening ahead and the thread opening it; None when none is."""
-        if backend is not None:
-            thread = threading.Thread(target=self._open, args=(backend,), name="podgpu-open",
-                                      daemon=True)
-            self._ahead = (backend, thread)
-            thread.start()
+        self._handed = threading.Event()
+        self._thread: threading.Thread | None = None
+        if module is not None:
+            self._thread = threading.Thread(target=self._run, args=(module,),
+                                            name="podgpu-open", daemon=True)
+            self._thread.start()
 
     @classmethod
-    def start(cls, settings: ServeSettings) -> OpenAhead:
-        """The NVML backend made and opening (None with --simulate, whose scenario the agent
-        makes once for its backend and attributor)."""
-        if settings.simulation is not None:
-            return cls(None)
+    def early(cls) -> OpenAhead:
+        """pynvml imported on this thread (so that the binding's memory stays in the main
+        thread's malloc arena: 0.4-0.5 MiB more RSS otherwise, bench/RESULTS.md) and NVML's
+        init started on the open's thread; nothing ahead when pynvml is missing (the open
+        says so later, if NVML is what the flags ask for)."""
         from podgpu.backends import nvml_lib
 
-        with contextlib.suppress(BackendError):  # open() says what is missing
-            # here, not on the open's thread, so that the binding's memory stays in the main
-            # thread's malloc arena: 0.4-0.5 MiB more RSS otherwise (bench/RESULTS.md)
-            nvml_lib.load(None)
-        return cls(make_backend(settings))
-
-    def _open(self, backend: Backend) -> None:
         try:
-            backend.open()
+            return cls(nvml_lib.load(None))
+        except BackendError:
+            return cls(None)
+
+    def begin(self, settings: ServeSettings) -> None:
+        """The flags are parsed: the NVML backend made and handed to the thread to open; with
+        --simulate none (the agent makes the simulated one for its scenario) and the thread
+        shuts its init down."""
+        self.hand(make_backend(settings) if settings.simulation is None else None)
+
+    def hand(self, backend: Backend | None) -> None:
+        """`backend` to the thread to open (None: nothing to open; the thread shuts down its
+        init)."""
+        self.backend = backend
+        self._handed.set()
+
+    def _run(self, module: Any) -> None:
+        inited = False
+        with contextlib.suppress(Exception):  # not there yet: the backend's open says why
+            module.nvmlInit()
+            inited = True
+        self._handed.wait()
+        try:
+            if self.backend is not None:
+                self.backend.open()
         except BaseException as exc:  # raised on the caller's thread by `wait`
             self._error = exc
+        finally:
+            if inited:
+                with contextlib.suppress(Exception):
+                    module.nvmlShutdown()
 
     def wait(self, backend: Backend) -> None:
         """`backend.open()` done: waited for when it runs ahead (raising what it raised), else
         called now."""
-        if self._ahead is None:
+        if self.backend is None or self._thread is None:
             backend.open()
             return
-        self._ahead[1].join()
+        self._thread.join()
         if self._error is not None:
             raise self._error
 
     def abandon(self) -> None:
-        """The agent was not built (bad input): close what the open opened."""
-        if self._ahead is None:
+        """The agent was not built (bad input, --help): close what the open opened and let
+        the thread shut its init down."""
+        self._handed.set()
+        if self._thread is None:
             return
-        backend, thread = self._ahead
-        thread.join(self.ABANDON_WAIT_SECONDS)
-        if not thread.is_alive() and self._error is None:
-            backend.close()
+        self._thread.join(self.ABANDON_WAIT_SECONDS)
+        if self.backend is not None and not self._thread.is_alive() and self._error is None:
+            self.backend.close()
 
 
 def make_attributor(kubernetes: KubernetesSettings, scenario: Scenario | None

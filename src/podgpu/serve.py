@@ -1,14 +1,17 @@
-"""`podgpu serve`'s process: parse the flags, open NVML on its own thread, build the agent while
-it opens, run.
+"""`podgpu serve`'s process: start NVML's open on its own thread, parse the flags, build the
+agent while it opens, run.
 
-NVML's init (about 0.04 s on an H200) and the 0.1 s that GPM needs between its first two samples
-(backends/nvml_gpm.py) are waits in the driver, during which ctypes releases the GIL; the imports
-of the rest of podgpu (the agent, the metric list, the renderers, the listener) are Python work.
-Starting the open as soon as the flags are parsed (parts.OpenAhead) overlaps the two, so the first
-valid /metrics comes about when the GPM wait ends instead of after the imports and the wait. So
-this module imports only what parsing needs; the agent comes after the open has started.
-Bad input still exits 2: a ConfigError from building the agent wins over whatever the open did,
-and what it opened is closed.
+NVML's init (13.5 ms on an H100 with persistence mode on, more without), the first device
+handles and the 0.1 s that GPM needs between its first two samples (backends/nvml_gpm.py) are
+waits in the driver, during which ctypes releases the GIL; parsing the flags and importing the
+rest of podgpu (the agent, the metric list, the renderers, the listener) are Python work. The open
+overlaps the two (parts.OpenAhead): its thread inits NVML before the flags are parsed, since that
+needs no setting, and opens the backend as soon as the settings make it. So the first valid
+/metrics comes about when GPM's wait ends, or when the imports do, whichever is later, instead of
+after the imports and the waits. This module therefore imports only pynvml and what parsing
+needs before the open's thread starts; the agent comes after.
+Bad input still exits 2: a ConfigError from parsing or building the agent wins over whatever the
+open did, and what it opened is closed.
 """
 
 from __future__ import annotations
@@ -23,14 +26,16 @@ if TYPE_CHECKING:
 
 def main(argv: Sequence[str]) -> int:
     """`podgpu serve [flags]` (also `podgpu [flags]`): parse, open ahead, build, run."""
-    from podgpu.config import OPTIONS, serve_parser, settings_from
-    from podgpu.options import go_flags
     from podgpu.parts import OpenAhead
 
-    settings = settings_from(serve_parser().parse_args(go_flags(list(argv), OPTIONS)))
-    logs.configure(debug=settings.log.debug, fmt=settings.log.format)  # the process's, not the agent's
-    ahead = OpenAhead.start(settings)
+    ahead = OpenAhead.early()
     try:
+        from podgpu.config import OPTIONS, serve_parser, settings_from
+        from podgpu.options import go_flags
+
+        settings = settings_from(serve_parser().parse_args(go_flags(list(argv), OPTIONS)))
+        logs.configure(debug=settings.log.debug, fmt=settings.log.format)  # the process's
+        ahead.begin(settings)
         from podgpu.agent import build_agent, run
 
         agent = build_agent(settings, backend=ahead.backend)

@@ -1,5 +1,7 @@
-"""parts.OpenAhead: the backend's open runs on its own thread; `wait` hands its outcome to the
-caller (its error raised there), `abandon` closes only what did open."""
+"""parts.OpenAhead: NVML's init starts on the open's thread before the flags are parsed, the
+backend handed over later is opened on that thread; `wait` hands its outcome to the caller (its
+error raised there), `abandon` closes only what did open, and the thread's own init is always
+shut down, so NVML ends initialised exactly as often as the backend inited it."""
 
 from __future__ import annotations
 
@@ -13,27 +15,58 @@ from podgpu.errors import BackendError
 from podgpu.fields.catalog import Field
 from podgpu.model import Device
 from podgpu.parts import OpenAhead
+from podgpu.settings import ServeSettings, SimulationSettings
+
+
+class Nvml:
+    """A pynvml whose init blocks until `release` and counts like NVML: each init needs a
+    shutdown; `init_error` makes the init fail."""
+
+    def __init__(self, init_error: Exception | None = None) -> None:
+        self.release = threading.Event()
+        self.init_error = init_error
+        self.inits = 0
+        self.shutdowns = 0
+        self.init_on: str | None = None
+
+    def nvmlInit(self) -> None:
+        self.release.wait(30)
+        self.init_on = threading.current_thread().name
+        if self.init_error is not None:
+            raise self.init_error
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
 
 
 class Gate:
-    """A backend whose open blocks until `release`, then fails with `error` if one is set."""
+    """A backend whose open blocks until `release`, inits `nvml` once (as NvmlBackend does),
+    then fails with `error` if one is set."""
 
     name = "gate"
 
-    def __init__(self, error: Exception | None = None) -> None:
+    def __init__(self, nvml: Nvml | None = None, error: Exception | None = None) -> None:
+        self.nvml = nvml
         self.error = error
         self.released = threading.Event()
         self.opened_on: str | None = None
+        self.inits_seen_at_open: int | None = None
         self.closed = 0
 
     def open(self) -> None:
         self.released.wait(30)
         self.opened_on = threading.current_thread().name
+        if self.nvml is not None:
+            self.inits_seen_at_open = self.nvml.inits
+            self.nvml.nvmlInit()
         if self.error is not None:
             raise self.error
 
     def close(self) -> None:
         self.closed += 1
+        if self.nvml is not None:
+            self.nvml.nvmlShutdown()
 
     def devices(self) -> tuple[Device, ...]:
         return ()
@@ -48,33 +81,95 @@ class Gate:
         return {}
 
 
-def test_wait_returns_once_the_open_on_its_thread_is_done() -> None:
-    gate = Gate()
-    ahead = OpenAhead(gate)
-    assert gate.opened_on is None  # still opening: the caller went on
+def test_nvml_inits_ahead_and_the_handed_backend_opens_on_the_same_thread() -> None:
+    nvml = Nvml()
+    ahead = OpenAhead(nvml)
+    gate = Gate(nvml)
+    nvml.release.set()
+    gate.released.set()
+    ahead.hand(gate)
+    ahead.wait(gate)
+    assert nvml.init_on == gate.opened_on == "podgpu-open"
+    assert gate.inits_seen_at_open == 1  # the backend's own init found NVML already up
+    assert (nvml.inits, nvml.shutdowns) == (2, 1)  # the thread's init is given back
+    gate.close()
+    assert nvml.inits == nvml.shutdowns
+
+
+def test_the_caller_goes_on_while_the_thread_waits_in_the_driver() -> None:
+    nvml = Nvml()
+    ahead = OpenAhead(nvml)
+    gate = Gate(nvml)
+    ahead.hand(gate)  # handed over while NVML's init still blocks
+    assert gate.opened_on is None
+    nvml.release.set()
     gate.released.set()
     ahead.wait(gate)
     assert gate.opened_on == "podgpu-open"
 
 
-def test_the_opens_error_is_raised_by_wait() -> None:
-    gate = Gate(BackendError("NVML found no NVIDIA GPU on this node"))
-    ahead = OpenAhead(gate)
+def test_the_opens_error_is_raised_by_wait_and_the_init_still_given_back() -> None:
+    nvml = Nvml()
+    nvml.release.set()
+    gate = Gate(error=BackendError("NVML found no NVIDIA GPU on this node"))
     gate.released.set()
+    ahead = OpenAhead(nvml)
+    ahead.hand(gate)
     with pytest.raises(BackendError, match="no NVIDIA GPU"):
         ahead.wait(gate)
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
+
+
+def test_an_init_that_fails_ahead_leaves_the_error_to_the_backends_open() -> None:
+    nvml = Nvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
+    nvml.release.set()
+    gate = Gate(error=BackendError("the NVIDIA driver is not loaded"))
+    gate.released.set()
+    ahead = OpenAhead(nvml)
+    ahead.hand(gate)
+    with pytest.raises(BackendError, match="driver is not loaded"):
+        ahead.wait(gate)
+    assert nvml.shutdowns == 0  # nothing was inited ahead, so nothing is shut down
 
 
 def test_abandon_closes_what_opened_and_nothing_else() -> None:
-    opened, failed = Gate(), Gate(BackendError("driver not loaded"))
+    opened, failed = Gate(), Gate(error=BackendError("driver not loaded"))
     for gate in (opened, failed):
         gate.released.set()
-        OpenAhead(gate).abandon()
+        nvml = Nvml()
+        nvml.release.set()
+        ahead = OpenAhead(nvml)
+        ahead.hand(gate)
+        ahead.abandon()
+        assert nvml.inits == nvml.shutdowns == 1
     assert (opened.closed, failed.closed) == (1, 0)
 
 
-def test_without_a_backend_wait_opens_the_agents_own_now() -> None:
+def test_abandon_before_the_flags_are_parsed_gives_the_init_back() -> None:
+    nvml = Nvml()
+    nvml.release.set()
+    OpenAhead(nvml).abandon()  # --help, or a bad flag
+    assert nvml.inits == nvml.shutdowns == 1
+
+
+def test_simulate_hands_nothing_over_and_wait_opens_the_agents_own_now() -> None:
+    nvml = Nvml()
+    nvml.release.set()
+    ahead = OpenAhead(nvml)
+    ahead.begin(ServeSettings(simulation=SimulationSettings("1")))
+    assert ahead.backend is None
     gate = Gate()
     gate.released.set()
-    OpenAhead(None).wait(gate)
+    ahead.wait(gate)
+    assert gate.opened_on == threading.current_thread().name
+    ahead.abandon()  # joins the thread, which has given its init back
+    assert nvml.inits == nvml.shutdowns == 1
+
+
+def test_without_pynvml_wait_opens_the_backend_on_the_caller() -> None:
+    ahead = OpenAhead(None)
+    gate = Gate()
+    gate.released.set()
+    ahead.hand(gate)
+    ahead.wait(gate)
     assert gate.opened_on == threading.current_thread().name

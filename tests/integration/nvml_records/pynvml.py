@@ -1,8 +1,8 @@
 """Stands in for nvidia-ml-py in a podgpu process started by tests/integration/test_open_ahead.py:
 the fake NVML of tests/fakes/fake_pynvml.py with one GPU. Importing it writes the names of the
 modules loaded by then, one a line, to the file named in PODGPU_TEST_NVML_MODULES_TO: podgpu
-imports the binding just before it starts NVML's open, on the main thread (parts.OpenAhead), so
-these are what the open waited for.
+imports the binding on the main thread just before NVML's init starts on the open's thread
+(parts.OpenAhead), so these are what the init waited for.
 
 Put this directory first on PYTHONPATH (and the repository root after it)."""
 
