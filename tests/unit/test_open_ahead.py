@@ -81,14 +81,20 @@ class Gate:
         return {}
 
 
+def handed(nvml: Nvml | None, gate: Gate) -> OpenAhead:
+    """An OpenAhead over `nvml` (None: pynvml missing) with `gate` handed over, neither blocking."""
+    if nvml is not None:
+        nvml.release.set()
+    gate.released.set()
+    ahead = OpenAhead(nvml)
+    ahead.hand(gate)
+    return ahead
+
+
 def test_nvml_inits_ahead_and_the_handed_backend_opens_on_the_same_thread() -> None:
     nvml = Nvml()
-    ahead = OpenAhead(nvml)
     gate = Gate(nvml)
-    nvml.release.set()
-    gate.released.set()
-    ahead.hand(gate)
-    ahead.wait(gate)
+    handed(nvml, gate).wait(gate)
     assert nvml.init_on == gate.opened_on == "podgpu-open"
     assert gate.inits_seen_at_open == 1  # the backend's own init found NVML already up
     assert (nvml.inits, nvml.shutdowns) == (2, 1)  # the thread's init is given back
@@ -110,37 +116,25 @@ def test_the_caller_goes_on_while_the_thread_waits_in_the_driver() -> None:
 
 def test_the_opens_error_is_raised_by_wait_and_the_init_still_given_back() -> None:
     nvml = Nvml()
-    nvml.release.set()
     gate = Gate(error=BackendError("NVML found no NVIDIA GPU on this node"))
-    gate.released.set()
-    ahead = OpenAhead(nvml)
-    ahead.hand(gate)
     with pytest.raises(BackendError, match="no NVIDIA GPU"):
-        ahead.wait(gate)
+        handed(nvml, gate).wait(gate)
     assert (nvml.inits, nvml.shutdowns) == (1, 1)
 
 
 def test_an_init_that_fails_ahead_leaves_the_error_to_the_backends_open() -> None:
     nvml = Nvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
-    nvml.release.set()
     gate = Gate(error=BackendError("the NVIDIA driver is not loaded"))
-    gate.released.set()
-    ahead = OpenAhead(nvml)
-    ahead.hand(gate)
     with pytest.raises(BackendError, match="driver is not loaded"):
-        ahead.wait(gate)
+        handed(nvml, gate).wait(gate)
     assert nvml.shutdowns == 0  # nothing was inited ahead, so nothing is shut down
 
 
 def test_abandon_closes_what_opened_and_nothing_else() -> None:
     opened, failed = Gate(), Gate(error=BackendError("driver not loaded"))
     for gate in (opened, failed):
-        gate.released.set()
         nvml = Nvml()
-        nvml.release.set()
-        ahead = OpenAhead(nvml)
-        ahead.hand(gate)
-        ahead.abandon()
+        handed(nvml, gate).abandon()
         assert nvml.inits == nvml.shutdowns == 1
     assert (opened.closed, failed.closed) == (1, 0)
 
@@ -167,9 +161,6 @@ def test_simulate_hands_nothing_over_and_wait_opens_the_agents_own_now() -> None
 
 
 def test_without_pynvml_wait_opens_the_backend_on_the_caller() -> None:
-    ahead = OpenAhead(None)
     gate = Gate()
-    gate.released.set()
-    ahead.hand(gate)
-    ahead.wait(gate)
+    handed(None, gate).wait(gate)
     assert gate.opened_on == threading.current_thread().name
