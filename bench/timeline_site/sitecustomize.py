@@ -71,8 +71,9 @@ def wrap_parts(module: ModuleType) -> None:
 
 
 def wrap_agent(module: ModuleType) -> None:
-    for name in STEPS:
-        setattr(module, name, traced(name, getattr(module, name), always=True))
+    for name in STEPS:  # an older tree may lack a step
+        if hasattr(module, name):
+            setattr(module, name, traced(name, getattr(module, name), always=True))
 
 
 AFTER_LOAD: dict[str, Callable[[ModuleType], None]] = {
