@@ -42,7 +42,7 @@ import json
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 NAMESPACE = "ContainerInsights"
 LEVEL_PREFIX = {"ContainerGPU": "container_gpu_", "PodGPU": "pod_gpu_", "NodeGPU": "node_gpu_"}
@@ -99,9 +99,17 @@ CAPACITY_K8S_KEYS = {"Pod": {"host", "labels", "namespace_name", "pod_id", "pod_
 """The `kubernetes` keys of `Type: Pod` / `Type: Node` events (AddKubernetesInfo; no filter)."""
 DIST_KEYS = {"Values", "Counts", "Max", "Min", "Count", "Sum"}
 
+class CapacitySpec(TypedDict):
+    names: dict[str, str]
+    """Metric name -> unit."""
+    dims: list[list[str]]
+    required: list[str]
+    """Top-level keys every such event carries."""
+
+
 # The GPU capacity metrics ride in the add-on's `Type: Pod` and `Type: Node` events, declared
 # with the pod and node metrics' dimension sets (only those podgpu sends are listed).
-CAPACITY = {
+CAPACITY: dict[str, CapacitySpec] = {
     "Pod": {"names": {"pod_gpu_request": "Count", "pod_gpu_limit": "Count",
                       "pod_gpu_usage_total": "Count", "pod_gpu_reserved_capacity": "Percent"},
             "dims": [["ClusterName", "Namespace", "PodName"], ["ClusterName"],

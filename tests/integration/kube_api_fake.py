@@ -51,7 +51,7 @@ class FakeKubeApi:
         """Bearer tokens accepted; None accepts any request (as before auth was checked)."""
         self.auth: list[str] = []
         """The Authorization header of every request, in order ('' when absent)."""
-        self.on_unauthorized: Callable[[], None] | None = None
+        self.on_unauthorized: Callable[[], object] | None = None
         """Called before a 401 is answered (a test rotates the token file there)."""
         self.gone_below = 0
         self.silent_watches = False

@@ -44,9 +44,13 @@ def test_done_when_on_the_built_in_scenario(agent: type[InProcessAgent]) -> None
     p = agent("--simulate", "4", "--simulate-burn", "1,1")
     p.wait_ready()
     t0, a = scrape(p)
+
+    def four_seconds_on() -> tuple[float, dict[tuple[str, str, str], float]] | None:
+        later = scrape(p)
+        return later if later[0] - t0 >= 4.0 else None
+
     # the second scrape once podgpu's own snapshot clock has moved 4 s on: not the test's wall time
-    t1, b = wait_for(lambda: (later := scrape(p))[0] - t0 >= 4.0 and later, timeout=60,
-                     what="a snapshot 4 s after the first")
+    t1, b = wait_for(four_seconds_on, timeout=60, what="a snapshot 4 s after the first")
     elapsed = t1 - t0
 
     def grew(metric: str, pod: str, gpu: str) -> float:

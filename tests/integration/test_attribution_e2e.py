@@ -130,8 +130,9 @@ def health(p: Any) -> tuple[int, dict[str, Any]]:
 
 
 def kubelet_errors(m: Samples) -> float:
-    return sum(s.value for s in m["podgpu_collect_errors_total"]
-               if s.labels.get("source") == "kubelet")
+    total: float = sum(s.value for s in m["podgpu_collect_errors_total"]
+                       if s.labels.get("source") == "kubelet")
+    return total
 
 
 def test_keeps_serving_while_the_socket_is_gone_and_attribution_returns(

@@ -13,6 +13,7 @@ import json
 import socket
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench") / "core.json"
     proc = subprocess.run(
         [sys.executable, "-m", "bench.bench_core", "--gpus", "2", "--scrapes", "50", "--concurrency", "4",
@@ -30,10 +31,11 @@ def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
         cwd=ROOT, capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text())
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
 
 
-def test_json_has_expected_keys(result: dict) -> None:
+def test_json_has_expected_keys(result: dict[str, Any]) -> None:
     assert {"meta", "targets", "median", "runs", "interval_sweep", "series_check"} <= set(result)
     assert set(result["targets"]) == {
         "seq_p99_ms", "seq_scrapes_per_s_ratio", "conc_scrapes_per_s_ratio", "rss_mb",
@@ -55,7 +57,7 @@ def test_json_has_expected_keys(result: dict) -> None:
     assert run["podgpu"]["seq_connections"] == 1  # podgpu keeps the connection alive
 
 
-def test_podgpu_and_baseline_expose_the_same_dcgm_series(result: dict) -> None:
+def test_podgpu_and_baseline_expose_the_same_dcgm_series(result: dict[str, Any]) -> None:
     check = result["series_check"]
     podgpu = {tuple(p) for p in check["podgpu"]}
     baseline = {tuple(p) for p in check["baseline"]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 
 from podgpu.collect import CollectLoop
 from tests.conftest import free_port
@@ -59,17 +60,19 @@ def test_in_process_a_dead_collect_loop_stops_the_server_through_the_event_loop(
     """No signal is raised at the process (a test's agent shares it); the
     serving task is cancelled from the dying thread and `run` returns 1. The fault is injected
     by wrapping the real backend's read (fault injection only)."""
+    from podgpu.backends.base import Reading
+    from podgpu.fields.catalog import Field
     from tests.conftest import InProcessAgent
 
     p = InProcessAgent("--simulate", "1", "-c", "200")
     real = p.agent.backend.read
     calls = [0]
 
-    def read(*args: object, **kwargs: object) -> object:
+    def read(fields: Sequence[Field], *, processes: bool = False) -> Reading:
         calls[0] += 1
         if calls[0] >= 4:
             raise SystemExit("injected: the collect thread dies")
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(fields, processes=processes)
 
     p.agent.backend.read = read  # type: ignore[method-assign]
     p._thread.join(30)

@@ -90,7 +90,7 @@ def test_sighup_with_m_re_reads_the_configmap(api: FakeKubeApi) -> None:
             self.fields = fields
 
     target = Target()
-    switch.apply(target)  # type: ignore[arg-type]
+    switch.apply(target)
     assert [r.out for r in switch.current.metrics][-1] == "DCGM_FI_DEV_SM_CLOCK"
     assert len(target.fields) == 3
     api.configmaps[("gpu-operator", "exporter-metrics")] = {"metrics": "DCGM_FI_NOPE, gauge, x\n"}

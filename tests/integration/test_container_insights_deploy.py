@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-import kubernetes_validate  # type: ignore[import-untyped]
+import kubernetes_validate
 
 from podgpu.config import parse_serve_args
 from tests.deploy.render import ROOT, render_with

@@ -41,7 +41,7 @@ def serving_before_the_driver(nv: FakeNvml, *args: str) -> Iterator[Agent]:
     settings = parse_serve_args(["--address", "127.0.0.1:0", "--kubernetes=false", *args],
                                 {"NODE_NAME": "test-node"})
     agent = dataclasses.replace(build_agent(settings), backend=DriverWait(
-        NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.05))  # type: ignore[arg-type]
+        NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.05))
     listening = threading.Event()
     thread = threading.Thread(target=run, args=(agent,), daemon=True,
                               kwargs={"ready": lambda _a: listening.set()})

@@ -74,9 +74,9 @@ def test_emf_serves_over_tls_with_basic_auth_and_the_same_limits(tmp_path: Path)
             return 'podgpu_http_requests_denied_total{reason="unauthorized"} 2' in seen[0]
 
         wait_for(counted, timeout=10, what="the 401s in /metrics")
-        body = seen[0]
-        assert "podgpu_http_auth_failures_total 1" in body
-        assert 'podgpu_http_connections_closed_total{reason="evicted"} 0' in body
+        text = seen[0]
+        assert "podgpu_http_auth_failures_total 1" in text
+        assert 'podgpu_http_connections_closed_total{reason="evicted"} 0' in text
         assert _get(f"http://127.0.0.1:{port}/metrics", None, None)[0] == 0  # plain HTTP: no answer
     finally:
         proc.send_signal(signal.SIGTERM)

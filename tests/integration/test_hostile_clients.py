@@ -12,7 +12,9 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
+from tests.conftest import ServeProcess
 from tests.harness import read_all
 
 
@@ -46,7 +48,7 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def test_connections_that_stop_partway_through_their_headers_are_closed(serve) -> None:  # type: ignore[no-untyped-def]
+def test_connections_that_stop_partway_through_their_headers_are_closed(serve: type[ServeProcess]) -> None:
     p = serve("--simulate", "2", "--http-request-timeout", "1")
     p.wait_ready()
     slow = half_open(p.port, 50)
@@ -67,7 +69,7 @@ def test_connections_that_stop_partway_through_their_headers_are_closed(serve) -
     assert err.count("did not complete a request") == 1, err  # rate-limited: one line
 
 
-def test_at_the_connection_cap_half_open_connections_make_room_for_scrapes(serve) -> None:  # type: ignore[no-untyped-def]
+def test_at_the_connection_cap_half_open_connections_make_room_for_scrapes(serve: type[ServeProcess]) -> None:
     p = serve("--simulate", "2", "--http-max-connections", "64")
     p.wait_ready()
     base = open_fds(p.proc.pid)
@@ -84,7 +86,7 @@ def test_at_the_connection_cap_half_open_connections_make_room_for_scrapes(serve
     assert "Traceback" not in err
 
 
-def test_malformed_requests_get_a_short_400_no_echo_no_traceback(serve) -> None:  # type: ignore[no-untyped-def]
+def test_malformed_requests_get_a_short_400_no_echo_no_traceback(serve: type[ServeProcess]) -> None:
     p = serve("--simulate", "1")
     p.wait_ready()
     long_line = b"GET /" + b"A" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -105,7 +107,7 @@ def test_malformed_requests_get_a_short_400_no_echo_no_traceback(serve) -> None:
     assert "A" * 200 not in err  # the log does not carry the 100 KB line either
 
 
-def test_no_version_disclosure_and_vary_on_metrics(serve) -> None:  # type: ignore[no-untyped-def]
+def test_no_version_disclosure_and_vary_on_metrics(serve: type[ServeProcess]) -> None:
     p = serve("--simulate", "1")
     p.wait_ready()
     answers = [p.get("/metrics"), p.get("/health"), p.get("/"), p.get("/nope")]
@@ -150,7 +152,7 @@ def test_listen_failures_are_one_line_with_the_documented_exit_status() -> None:
 
 
 def test_a_tls_handshake_that_never_finishes_is_closed_by_the_request_deadline(
-        serve, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        serve: type[ServeProcess], tmp_path: Path) -> None:
     # asyncio's own TLS handshake timeout is 60 s, and the guard only sees a connection after
     # its handshake: without passing the deadline on, these would hold descriptors for a minute.
     from tests.tlsutil import Pki

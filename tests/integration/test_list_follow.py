@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import InProcessAgent, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def body(p: Any) -> str:
+def body(p: InProcessAgent) -> str:
     status, _, raw = p.get("/metrics")
     assert status == 200
     return raw.decode()

@@ -61,8 +61,8 @@ def test_tls_connections_count_against_the_cap_before_their_handshake(tmp_path: 
                     ctx.wrap_socket(raw) as s:
                 s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 assert s.recv(64).startswith(b"HTTP/1.1 200 ")
-        for s in silent:
-            s.close()
+        for conn in silent:
+            conn.close()
     finally:
         _, err = p.stop()
     assert err.count("connection cap 64 reached") == 1, err
@@ -71,7 +71,8 @@ def test_tls_connections_count_against_the_cap_before_their_handshake(tmp_path: 
 
 def _read_answers(s: socket.socket, n: int) -> list[bytes]:
     """`n` HTTP answers (status line + body by Content-Length) read off `s`."""
-    data, answers = b"", []
+    data = b""
+    answers: list[bytes] = []
     while len(answers) < n:
         while b"\r\n\r\n" not in data:
             chunk = s.recv(65536)

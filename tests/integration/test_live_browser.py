@@ -111,7 +111,11 @@ class Watch:
         context.close()
 
     def attach(self, page: Any) -> None:
-        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        def on_dialog(d: Any) -> None:
+            self.dialogs.append(d.message)
+            d.dismiss()
+
+        page.on("dialog", on_dialog)
         page.on("pageerror", lambda e: self.errors.append(str(e)))
         page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
 

@@ -9,6 +9,7 @@ import argparse
 import subprocess
 
 from podgpu.http.guard import ACCEPT_BACKLOG, ACCEPT_IN_FLIGHT
+from tests.conftest import InProcessAgent
 from tests.support.load import run_load
 
 
@@ -27,7 +28,8 @@ def test_scrapes_all_succeed_under_slow_and_half_open_connections() -> None:
     assert res.exit_status == 0
 
 
-def test_the_kernel_queues_the_full_backlog_while_asyncio_accepts_fewer_per_turn(agent) -> None:
+def test_the_kernel_queues_the_full_backlog_while_asyncio_accepts_fewer_per_turn(
+        agent: type[InProcessAgent]) -> None:
     a = agent("--simulate", "1")
     a.wait_ready()
     out = subprocess.run(["ss", "-ltnH", f"sport = :{a.port}"], capture_output=True, text=True,

@@ -29,7 +29,8 @@ BIDI_AND_C1 = [chr(c) for c in range(0x80, 0xa0)] + ["\u202a", "\u202b", "\u202c
 
 
 def doc(node: str, **changes: Any) -> dict[str, Any]:
-    d = view(node, {"train": (0.9, 2 * GIB), "infer": (0.1, GIB)}, taken_at=time.time())
+    d: dict[str, Any] = {**view(node, {"train": (0.9, 2 * GIB), "infer": (0.1, GIB)},
+                                taken_at=time.time())}
     d.update(changes)
     return d
 
