@@ -38,6 +38,7 @@ def test_the_largest_accepted_values_still_parse() -> None:
     s = parse_serve_args(["-c", "3600000", "-x", str(7 * 24 * 3_600_000), "--simulate", "1",
                           "--simulate-burn", "86400,86400", "--http-max-connections", "1000000",
                           "--http-request-timeout", "600"], {})
+    assert s.simulation is not None
     assert s.collect.interval_ms == 3_600_000 and s.simulation.burn == (86400.0, 86400.0)
     assert s.http.max_connections == 1_000_000 and s.http.request_timeout == 600.0
 

@@ -217,7 +217,7 @@ def test_kubelet_device_ids(raw: str) -> None:
         return
     assert parsed.raw == raw
     for id_type in ("uid", "device-name"):
-        DeviceIndex(DEVICES, id_type).match(parsed)  # type: ignore[arg-type]
+        DeviceIndex(DEVICES, id_type).match(parsed)
 
 
 # --- cgroup files and paths (what /proc/<pid>/cgroup of any process holds)

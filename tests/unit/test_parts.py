@@ -18,4 +18,5 @@ def test_a_simulated_node_lists_services_only_in_a_pod() -> None:
     assert not outside.kubernetes.in_cluster and inside.kubernetes.in_cluster
     assert make_insights(outside, "c", None).health()["services"] == OFF
     services = make_insights(inside, "c", None).health()["services"]
+    assert isinstance(services, dict), services
     assert services != OFF and "services" in services, services  # the Service watch, not started

@@ -12,12 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from podgpu.sinks.live.schema import SnapshotView
 from podgpu.top import NodeResult, TopState, plain_text
 from podgpu.topdoc import MAX_DEPTH, MAX_PODS, BadDocument, clean, depth_ok, parse
 from tests.unit.test_top import GIB, view
 
 
-def good() -> dict[str, Any]:
+def good() -> SnapshotView:
     return view("n", {"p": (0.5, GIB)})
 
 

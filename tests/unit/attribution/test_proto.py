@@ -3,7 +3,7 @@ type and label of the kubelet's PodResources API, so the generated stubs talk to
 
 from __future__ import annotations
 
-from google.protobuf.descriptor import FieldDescriptor as F
+from google.protobuf.descriptor import FieldDescriptor as F  # type: ignore[import-untyped]  # no stubs installed
 
 from podgpu.attribution import podresources_pb2 as pb
 
@@ -85,7 +85,8 @@ def test_a_kubelet_answer_from_bytes() -> None:
     device = ld(1, b"nvidia.com/gpu") + ld(2, b"GPU-x::1") + ld(2, b"GPU-x::2")
     container = ld(1, b"main") + ld(2, device) + bytes([3 << 3 | 0, 7])  # cpu_ids: 7 (varint)
     pod = ld(1, b"train") + ld(2, b"ml") + ld(3, container) + bytes([4 << 3 | 0, 9])
-    resp = pb.ListPodResourcesResponse.FromString(ld(1, pod))
+    # the generated module builds its message classes at import: mypy cannot see them
+    resp = pb.ListPodResourcesResponse.FromString(ld(1, pod))  # type: ignore[attr-defined]
     (p,) = resp.pod_resources
     assert (p.name, p.namespace, list(p.cpu_ids)) == ("train", "ml", [9])
     (c,) = p.containers

@@ -74,8 +74,12 @@ def test_a_watch_that_ends_at_once_is_followed_by_a_pause(
     ticks = itertools.count()
     clock: Callable[[], float] = lambda: next(ticks) * step  # noqa: E731
     waits: list[float] = []
-    r = Uids(api, cap=10, watch_timeout_seconds=0, clock=clock,
-             wait=lambda s: bool(waits.append(s)))
+
+    def wait(seconds: float) -> bool:
+        waits.append(seconds)
+        return False
+
+    r = Uids(api, cap=10, watch_timeout_seconds=0, clock=clock, wait=wait)
     r.start(wait_seconds=5)
     try:
         wait_for(lambda: watches(api) >= 5, what="five watches")

@@ -23,7 +23,7 @@ FIELDS = [BY_NAME["DCGM_FI_DEV_GPU_TEMP"]]
 def test_waits_without_gpus_then_serves_them_when_the_driver_appears() -> None:
     nv = FakeNvml([FakeGpu("GPU-11111111-0000-0000-0000-000000000000")],
                   init_error=LIBRARY_NOT_FOUND)
-    w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.02)  # type: ignore[arg-type]
+    w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.02)
     w.open()  # does not raise
     try:
         assert w.devices() == () and w.info() == {} and w.unavailable_fields() == {}
@@ -49,7 +49,7 @@ def test_waits_without_gpus_then_serves_them_when_the_driver_appears() -> None:
 def test_a_driver_that_is_there_opens_at_once_without_a_thread() -> None:
     nv = FakeNvml([FakeGpu("GPU-22222222-0000-0000-0000-000000000000")])
     before = threading.active_count()
-    w = DriverWait(NvmlBackend(pynvml_module=nv))  # type: ignore[arg-type]
+    w = DriverWait(NvmlBackend(pynvml_module=nv))
     w.open()
     try:
         assert w.waiting() is None and len(w.devices()) == 1
@@ -82,7 +82,7 @@ def test_logs_once_a_minute_not_once_an_attempt(caplog: pytest.LogCaptureFixture
     nv = FakeNvml([FakeGpu("GPU-33333333-0000-0000-0000-000000000000")],
                   init_error=DRIVER_NOT_LOADED)
     caplog.set_level(logging.WARNING, logger="podgpu.backends.driverwait")
-    w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.0, max_delay=0.0,  # type: ignore[arg-type]
+    w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.0, max_delay=0.0,
                    log_every=0.25, clock=lambda: nv.calls["nvmlInit"] * 0.005)
     w.open()
     try:
@@ -101,7 +101,7 @@ def test_logs_once_a_minute_not_once_an_attempt(caplog: pytest.LogCaptureFixture
 
 def test_close_while_waiting_stops_retrying() -> None:
     nv = FakeNvml(init_error=LIBRARY_NOT_FOUND)
-    w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.01)  # type: ignore[arg-type]
+    w = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.01)
     w.open()
     wait_for(lambda: nv.calls["nvmlInit"] >= 2)
     w.close()

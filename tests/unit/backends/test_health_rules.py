@@ -7,11 +7,14 @@ code 12 `DCGM_FR_CLOCK_THROTTLE_POWER`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import pytest
 
 from podgpu.backends.derived import health
 from podgpu.fields.metriclist import DERIVED_FROM
 from podgpu.model import LabeledValue
+from podgpu.model.device import Value
 
 # DCGM 4.5.3 BuildXidMappings: XID -> (watch, DCGM_HEALTH_RESULT_*, error code)
 DCGM_453_XIDS = {
@@ -102,21 +105,27 @@ def test_the_worse_condition_on_a_watch_is_shown() -> None:
     assert health({}, xid_window(79, 119))["ALL"] == (20, "DCGM_FR_FALLEN_OFF_BUS")
 
 
-class Reads(dict[str, object]):
-    """A values mapping that records every name asked of it."""
+class Reads(Mapping[str, Value]):
+    """A values mapping that records every name asked of it (`get` and `[]` both ask)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, values: dict[str, Value]) -> None:
+        self._values = values
         self.asked: set[str] = set()
 
-    def get(self, key: str, default: object = None) -> object:
+    def __getitem__(self, key: str) -> Value:
         self.asked.add(key)
-        return super().get(key, default)
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 def test_the_fields_read_for_health_are_exactly_those_it_asks_for() -> None:
-    values = Reads()
-    values["DCGM_FI_DEV_SLOWDOWN_TEMP"] = 90  # a slowdown temperature: the GPU's is read too
+    # a slowdown temperature: the GPU's is read too
+    values = Reads({"DCGM_FI_DEV_SLOWDOWN_TEMP": 90})
     health(values, [])
     read_anyway = set(DERIVED_FROM["DCGM_EXP_GPU_HEALTH_STATUS"]) - {"DCGM_EXP_XID_ERRORS_COUNT"}
     assert values.asked == read_anyway

@@ -229,19 +229,19 @@ def test_gpu_unreachable_at_start_is_reported_and_picked_up_later() -> None:
     (UNKNOWN, "/dev/nvidia"),
 ])
 def test_open_fails_with_the_cause(code: int, words: str) -> None:
-    b = NvmlBackend(pynvml_module=FakeNvml(gpus(1), init_error=code))  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=FakeNvml(gpus(1), init_error=code))
     with pytest.raises(BackendError, match=words):
         b.open()
 
 
 def test_open_without_gpus_fails() -> None:
     with pytest.raises(BackendError, match="no NVIDIA GPU"):
-        NvmlBackend(pynvml_module=FakeNvml([])).open()  # type: ignore[arg-type]
+        NvmlBackend(pynvml_module=FakeNvml([])).open()
 
 
 def test_read_before_open_is_a_backend_error() -> None:
     with pytest.raises(BackendError):
-        NvmlBackend(pynvml_module=FakeNvml(gpus(1))).read(CATALOG)  # type: ignore[arg-type]
+        NvmlBackend(pynvml_module=FakeNvml(gpus(1))).read(CATALOG)
 
 
 def test_old_binding_without_a_constant_makes_the_field_unavailable() -> None:
@@ -315,7 +315,12 @@ def test_gpm_first_cycle_waits_only_the_rest_of_100ms() -> None:
     assert stream is not None
     stream._clock = clock  # the fake clock drives the 100 ms rule
     stream._taken_at = clock()
-    stream._sleep = lambda s: (slept.append(s), clock.advance(s))  # type: ignore[func-returns-value]
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.advance(seconds)
+
+    stream._sleep = sleep
     try:
         clock.advance(0.03)
         b.read(fields("DCGM_FI_PROF_SM_ACTIVE"))
@@ -399,7 +404,7 @@ def test_no_processes_unless_asked(nv: FakeNvml) -> None:
 def test_clock_events_counted_per_reason_over_the_window() -> None:
     clock = FakeClock()
     nv = FakeNvml(gpus(1), clock=clock)
-    b = NvmlBackend(pynvml_module=nv, clock=clock,  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv, clock=clock,
                     clock_events_window_seconds=10.0, clock_events_sample_seconds=1.0)
     b.open()
     want = fields("DCGM_EXP_CLOCK_EVENTS_COUNT")
@@ -474,7 +479,7 @@ def test_per_link_nvlink_bandwidth_reads_its_own_link() -> None:
     from podgpu.backends.nvml_plan import ALL_LINKS, build_plan
 
     nv = FakeNvml(gpus(1))
-    lib = Lib(nv)  # type: ignore[arg-type]
+    lib = Lib(nv)
     tx, rx = nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
     plan = build_plan(lib, fields("DCGM_FI_DEV_NVLINK_BANDWIDTH_L6",
                                   "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"))
@@ -492,7 +497,7 @@ def test_clock_event_counts_are_samples_at_dcgm_exporters_interval_whatever_podg
         clock = FakeClock(1_800_000_000.0)  # on a 30 s boundary
         nv = FakeNvml(gpus(1), clock=clock)
         nv.gpus[0].values["nvmlDeviceGetCurrentClocksEventReasons"] = 0x4  # power cap
-        b = NvmlBackend(pynvml_module=nv, clock=clock,  # type: ignore[arg-type]
+        b = NvmlBackend(pynvml_module=nv, clock=clock,
                         clock_events_window_seconds=300.0)
         b.open()
         try:

@@ -4,25 +4,24 @@ installed nvidia-ml-py's own structs and constants."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pynvml
 import pytest
 
+from podgpu.backends import nvml_lib
 from podgpu.backends.nvml_plan import call, convert, pick
 from podgpu.fields.catalog import BY_NAME
 
 
-class Lib:
-    """The part of backends/nvml_lib.Lib that `call` uses, over a namespace of NVML names."""
+class Lib(nvml_lib.Lib):
+    """backends/nvml_lib.Lib over a module that holds only the given NVML names."""
 
     def __init__(self, **names: Any) -> None:
-        self.m = SimpleNamespace(**names)
-        self.error = pynvml.NVMLError
-
-    def const(self, name: str) -> Any:
-        return getattr(self.m, name, None)
+        module = ModuleType("pynvml_names")
+        vars(module).update(names, NVMLError=pynvml.NVMLError)
+        super().__init__(module)
 
 
 def read(lib: Lib, field: str) -> Any:

@@ -18,7 +18,7 @@ def two_gpus() -> FakeNvml:
 
 def test_xid_last_value_and_windowed_count_per_code() -> None:
     nv = two_gpus()
-    b = NvmlBackend(pynvml_module=nv, xid_window_seconds=300.0)  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv, xid_window_seconds=300.0)
     b.open()
     try:
         r0 = b.read(WANT)
@@ -47,7 +47,7 @@ def test_xid_last_value_and_windowed_count_per_code() -> None:
 
 def test_event_thread_stops_on_close() -> None:
     nv = two_gpus()
-    b = NvmlBackend(pynvml_module=nv)  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv)
     b.open()
     events = b._events
     assert events is not None
@@ -59,7 +59,7 @@ def test_event_thread_stops_on_close() -> None:
 def test_gpu_without_xid_events_reports_why() -> None:
     nv = two_gpus()
     nv.gpus[1].event_types = 0x0
-    b = NvmlBackend(pynvml_module=nv)  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv)
     b.open()
     try:
         r = b.read(WANT)

@@ -8,10 +8,10 @@ import threading
 
 from podgpu.backends.base import Reading
 from podgpu.backends.nvml import NvmlBackend
+from podgpu.fields.catalog import BY_NAME
 from tests.conftest import FakeClock
 from tests.fakes.fake_pynvml import FakeGpu, FakeNvml
 from tests.integration.kubelet_fake import wait_for
-from tests.unit.backends.test_nvml import BY_NAME
 
 WANTED = [BY_NAME[n] for n in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE")]
 
@@ -33,7 +33,7 @@ def hung_gpus(r: Reading) -> list[int]:
 
 def test_a_hung_call_stalls_only_its_gpu_and_is_read_again_after_it_returns() -> None:
     nv = FakeNvml(gpus(3))
-    b = NvmlBackend(pynvml_module=nv, clock=FakeClock(), read_timeout_seconds=0.3)  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv, clock=FakeClock(), read_timeout_seconds=0.3)
     b.open()
     hold = threading.Event()
     try:
@@ -60,7 +60,7 @@ def test_a_hung_call_stalls_only_its_gpu_and_is_read_again_after_it_returns() ->
 
 def test_a_single_gpu_node_reports_its_hung_gpu_instead_of_stalling() -> None:
     nv = FakeNvml(gpus(1))
-    b = NvmlBackend(pynvml_module=nv, clock=FakeClock(), read_timeout_seconds=0.2)  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv, clock=FakeClock(), read_timeout_seconds=0.2)
     b.open()
     hold = threading.Event()
     try:

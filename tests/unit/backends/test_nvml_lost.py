@@ -39,7 +39,7 @@ def xid_counts(s: Sample) -> dict[str, int | float]:
 def test_fallen_off_the_bus_keeps_identity_xid_79_and_health_fail_until_it_returns() -> None:
     nv = FakeNvml(gpus(2))
     clock = FakeClock()
-    b = NvmlBackend(pynvml_module=nv, clock=clock, retry_seconds=5.0)  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv, clock=clock, retry_seconds=5.0)
     b.open()
     try:
         before = {s.device.index: s for s in b.read(WANTED).samples}
@@ -72,7 +72,7 @@ def test_fallen_off_the_bus_keeps_identity_xid_79_and_health_fail_until_it_retur
 
 def test_a_gpu_lost_with_another_error_shows_its_last_xid_and_fails_health() -> None:
     nv = FakeNvml(gpus(1))
-    b = NvmlBackend(pynvml_module=nv, clock=FakeClock())  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv, clock=FakeClock())
     b.open()
     try:
         b.read(WANTED)

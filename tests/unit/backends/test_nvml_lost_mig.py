@@ -40,7 +40,7 @@ def mig_gpu() -> FakeGpu:
 def test_a_lost_mig_gpu_keeps_its_last_known_instances(
         spec: str, parent: bool, instances: list[int]) -> None:
     nv = FakeNvml([mig_gpu()])
-    b = SelectedBackend(NvmlBackend(pynvml_module=nv, clock=FakeClock(),  # type: ignore[arg-type]
+    b = SelectedBackend(NvmlBackend(pynvml_module=nv, clock=FakeClock(),
                                     retry_seconds=60.0), parse_device_selection(spec))
     b.open()
     try:
@@ -71,7 +71,7 @@ def test_a_hung_gpu_keeps_its_health_series_failing_while_the_hang_lasts() -> No
     nv = FakeNvml([FakeGpu("GPU-00000000-aaaa-bbbb-cccc-dddddddddddd", minor=0),
                    mig_gpu()])
     nv.gpus[1].minor, nv.gpus[1].bus_id = 1, "00000000:19:00.0"
-    b = NvmlBackend(pynvml_module=nv, read_timeout_seconds=0.1)  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv, read_timeout_seconds=0.1)
     b.open()
     hold = threading.Event()
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import pytest
@@ -28,8 +29,8 @@ def mig(gi: int, profile: str, total_mib: int, used_mib: int = 0, ci: int = 0,
                    gpm={1: 50.0 + gi, 2: 40.0})
 
 
-def mig_gpu(slots: list[FakeMig | None], model: str = "NVIDIA H100 80GB HBM3") -> FakeGpu:
-    gpu = FakeGpu(PARENT, name=model, mig_enabled=True, mig_slots=slots)
+def mig_gpu(slots: Sequence[FakeMig | None], model: str = "NVIDIA H100 80GB HBM3") -> FakeGpu:
+    gpu = FakeGpu(PARENT, name=model, mig_enabled=True, mig_slots=list(slots))
     gpu.values["nvmlDeviceGetUtilizationRates"] = SimpleNamespace(gpu=0, memory=0)
     gpu.unsupported.add("nvmlDeviceGetUtilizationRates")  # "not supported on MIG-enabled GPUs"
     return gpu
@@ -40,7 +41,7 @@ def fields(*names: str) -> list[Field]:
 
 
 def open_backend(nv: FakeNvml) -> NvmlBackend:
-    b = NvmlBackend(pynvml_module=nv, clock=FakeClock())  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv, clock=FakeClock())
     b.open()
     return b
 

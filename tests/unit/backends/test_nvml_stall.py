@@ -134,7 +134,7 @@ def running(nv: FakeNvml, fields: tuple[Field, ...] = FIELDS, **kw: float
     wait = ReadWait(nv)
     clock = FakeClock()
     nv.clock = clock
-    b = NvmlBackend(pynvml_module=nv, read_timeout_seconds=DEADLINE,  # type: ignore[arg-type]
+    b = NvmlBackend(pynvml_module=nv, read_timeout_seconds=DEADLINE,
                     read_wait=wait, clock=clock, **kw)
     b.open()
     try:

@@ -46,7 +46,7 @@ class MigNode:
 
 
 def keys(spec: str) -> list[tuple[int, int | None]]:
-    b = SelectedBackend(MigNode(), parse_device_selection(spec))  # type: ignore[arg-type]
+    b = SelectedBackend(MigNode(), parse_device_selection(spec))
     b.open()
     got = [(s.device.index, s.device.mig_gi_id) for s in b.read(FIELDS).samples]
     assert got == [(d.index, d.mig_gi_id) for d in b.devices()]
@@ -73,7 +73,7 @@ def test_i_ranges_follow_a_new_mig_layout() -> None:
     """The entity ids are kept between reads; a new layout (an instance destroyed, another
     created) renumbers them, as DCGM numbers the instances it finds."""
     node = MigNode()
-    b = SelectedBackend(node, parse_device_selection("i:8"))  # type: ignore[arg-type]
+    b = SelectedBackend(node, parse_device_selection("i:8"))
     b.open()
     assert [s.device.mig_uuid for s in b.read(FIELDS).samples] == ["MIG-b"]
     assert [s.device.mig_uuid for s in b.read(FIELDS).samples] == ["MIG-b"]
@@ -88,7 +88,7 @@ def test_i_ranges_follow_a_new_mig_layout() -> None:
                                               ("i:2", "no MIG GPU instance (DCGM entity id) 2 "
                                                        "on this node (present: 7, 8)")])
 def test_absent_devices_are_refused_at_open(spec: str, needle: str) -> None:
-    b = SelectedBackend(MigNode(), parse_device_selection(spec))  # type: ignore[arg-type]
+    b = SelectedBackend(MigNode(), parse_device_selection(spec))
     with pytest.raises(ConfigError, match="^--devices: " + needle.replace("(", r"\(")
                        .replace(")", r"\)")):
         b.open()
@@ -129,7 +129,7 @@ def test_flex_on_a_mixed_node_has_no_parent_series_for_mig_gpus_and_sums_match()
                                    "DCGM_FI_DEV_POWER_USAGE")]
 
     def exported(spec: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-        b = SelectedBackend(NvmlBackend(pynvml_module=FakeNvml([whole, split]),  # type: ignore[arg-type]
+        b = SelectedBackend(NvmlBackend(pynvml_module=FakeNvml([whole, split]),
                                         clock=FakeClock()), parse_device_selection(spec))
         b.open()
         try:

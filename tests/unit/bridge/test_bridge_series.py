@@ -9,7 +9,7 @@ import pytest
 
 from podgpu.bridge.options import parse_args
 from podgpu.bridge.parse import ParseError, parse_exposition
-from podgpu.bridge.series import Dropped, TargetLabels, to_series
+from podgpu.bridge.series import Dropped, Group, TargetLabels, to_series
 from podgpu.errors import ConfigError
 from podgpu.sinks.cloudwatch.series import COUNTER, GAUGE
 from podgpu.sinks.cloudwatch.window import WindowAccumulator
@@ -21,7 +21,7 @@ T = TargetLabels(job="dcgm", instance="10.0.0.5:9400",
                  cluster_name="prod", node_name="ip-10-0-0-5")
 
 
-def by_name(groups: list) -> dict[str, tuple[dict[str, str], str, float]]:
+def by_name(groups: list[Group]) -> dict[str, tuple[dict[str, str], str, float]]:
     return {name: (dict(key), kind, value) for key, kind, items in groups for name, value in items}
 
 

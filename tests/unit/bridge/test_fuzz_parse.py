@@ -39,7 +39,7 @@ def sample_line(draw: st.DrawFn, name: str) -> str:
         labels.append(("le", draw(st.sampled_from(["0.5", "+Inf", "x"]))))
     body = ",".join(f'{k}="{v}"' for k, v in labels)
     ts = draw(st.sampled_from(["", " 1700000000000", " -1", " 1.5"]))
-    brace = f"{{{body}}}" if labels or draw(st.booleans()) else ""
+    brace = f"{{{body}}}" if bool(labels) or draw(st.booleans()) else ""
     return f"{name}{suffix}{brace} {draw(values)}{ts}"
 
 

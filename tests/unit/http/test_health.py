@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from podgpu.http.health import health, stale_after, watch_warnings
 from podgpu.http.publish import Published
 from podgpu.model import Snapshot, StageResult
@@ -7,7 +9,7 @@ from podgpu.model.status import StageStatus
 from tests.unit.sinks.golden import simulated_snapshot
 
 
-def pub(snap: Snapshot) -> Published:
+def pub(snap: Snapshot) -> Published[Snapshot]:
     return Published(snap, b"", b"")
 
 
@@ -106,9 +108,10 @@ def test_devices_counts_gpus_and_mig_instances_apart() -> None:
 
 
 def test_each_blind_api_caller_is_a_warning_naming_it() -> None:
-    body = {"pod_watch": {"status": "unavailable: not in a cluster"},
-            "emf": {"container_insights": {"services": {"status": "failing: 403 Forbidden"},
-                                           "node": {"status": "ok", "errors": 2}}}}
+    body: dict[str, Any] = {
+        "pod_watch": {"status": "unavailable: not in a cluster"},
+        "emf": {"container_insights": {"services": {"status": "failing: 403 Forbidden"},
+                                       "node": {"status": "ok", "errors": 2}}}}
     assert watch_warnings(body) == ["pod_watch: unavailable: not in a cluster",
                                     "emf.container_insights.services: failing: 403 Forbidden"]
     body["emf"]["container_insights"]["node"] = {"status": "failing: ConnectionRefusedError"}

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +74,8 @@ def refused(call: Callable[[], Any]) -> str:
     return type(exc.value).__name__
 
 
-def drive(test: Callable[[], Any]) -> None:
-    asyncio.run(test())  # type: ignore[arg-type]
+def drive(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
 
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated")
@@ -88,7 +89,7 @@ def test_tls12_and_tls13_and_minimum_version(pki: tuple[Pki, Pki]) -> None:
         async with listener(reloader.front) as port:
             for v, name in ((ssl.TLSVersion.TLSv1_2, "TLSv1.2"), (ssl.TLSVersion.TLSv1_3, "TLSv1.3")):
                 text, serial, got = await loop.run_in_executor(
-                    None, lambda v=v: fetch(port, good.ca, version=v))
+                    None, functools.partial(fetch, port, good.ca, version=v))
                 assert text.startswith("HTTP/1.1 200") and serial == leaf.serial and got == name
             # TLS 1.1 is below the default minimum (TLS12)
             refused(lambda: fetch(port, good.ca, version=ssl.TLSVersion.TLSv1_1))

@@ -11,8 +11,10 @@ from tests.conftest import FakeClock
 FIELDS = load_default().fields
 
 
-def values(backend: SimulatedBackend, index: int) -> dict[str, object]:
-    return dict(backend.read(FIELDS).samples[index].values)
+def values(backend: SimulatedBackend, index: int) -> dict[str, float]:
+    """GPU `index`'s numeric readings (string-valued fields left out)."""
+    return {k: v for k, v in backend.read(FIELDS).samples[index].values.items()
+            if isinstance(v, int | float)}
 
 
 def test_parse_simulate_forms() -> None:
@@ -44,10 +46,10 @@ def test_power_clock_memory_and_profiling_move_with_utilization(clock: FakeClock
     for name in ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_FB_USED",
                  "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
                  "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"):
-        assert hot[name] > cold[name], name  # type: ignore[operator]
+        assert hot[name] > cold[name], name
     assert hot["DCGM_FI_DEV_FB_USED"] + hot["DCGM_FI_DEV_FB_FREE"] + hot["DCGM_FI_DEV_FB_RESERVED"] \
-        == MODELS["H100"].fb_total_mib  # type: ignore[operator]
-    assert 0.0 <= cold["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] <= hot["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] <= 1.0  # type: ignore[operator]
+        == MODELS["H100"].fb_total_mib
+    assert 0.0 <= cold["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] <= hot["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] <= 1.0
 
 
 def test_energy_counter_never_decreases_and_grows_faster_while_busy(clock: FakeClock) -> None:
@@ -57,8 +59,8 @@ def test_energy_counter_never_decreases_and_grows_faster_while_busy(clock: FakeC
         clock.now = b._epoch + t
         readings.append(values(b, 0)["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"])
     assert readings == sorted(readings)
-    busy_gain = readings[10] - readings[5]  # type: ignore[operator]
-    idle_gain = readings[30] - readings[25]  # type: ignore[operator]
+    busy_gain = readings[10] - readings[5]
+    idle_gain = readings[30] - readings[25]
     assert busy_gain > 5 * idle_gain
 
 

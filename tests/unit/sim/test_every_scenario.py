@@ -65,7 +65,7 @@ def test_the_docs_and_fixtures_have_scenarios_with_mig() -> None:
 
 
 def gpus_needed(doc: dict[str, Any]) -> int:
-    used = [g["gpu"] for p in doc["pods"] for c in p["containers"] for g in c["gpus"]]
+    used: list[int] = [g["gpu"] for p in doc["pods"] for c in p["containers"] for g in c["gpus"]]
     used += [m["gpu"] for m in doc.get("mig") or []]
     used += [x["gpu"] for x in doc.get("lost_gpus") or []] + [x["gpu"] for x in doc.get(
         "xids") or []]

@@ -15,6 +15,7 @@ import pytest
 from podgpu.backends.select import SelectedBackend
 from podgpu.errors import ConfigError
 from podgpu.fields.catalog import BY_NAME
+from podgpu.model.device import Value
 from podgpu.model.selection import parse_device_selection
 from podgpu.sim.backend import MODELS, SimulatedBackend
 from podgpu.sim.scenario import SimulatedAttributor, load_scenario, parse_scenario
@@ -25,6 +26,12 @@ FIELDS = [BY_NAME[n] for n in (
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_MIG_MODE",
     "DCGM_FI_DEV_XID_ERRORS", "DCGM_EXP_GPU_HEALTH_STATUS", "DCGM_EXP_P2P_STATUS")]
 MIG = [{"gpu": 0, "instances": ["3g.40gb", "3g.40gb"]}]
+
+
+def num(v: Value) -> float:
+    """A reading that must be a number."""
+    assert isinstance(v, int | float), v
+    return v
 
 
 def pod(name: str, gpu: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +114,7 @@ def test_a_mig_gpu_looks_as_nvml_shows_one_and_its_holder_is_on_the_instance() -
     assert p.values["DCGM_FI_DEV_MIG_MODE"] == 1 and whole.values["DCGM_FI_DEV_MIG_MODE"] == 0
     # the held instance is busy, the other idle; each has its own memory (3g.40gb)
     assert i1.values["DCGM_FI_DEV_FB_TOTAL"] == i2.values["DCGM_FI_DEV_FB_TOTAL"] == 40 * 1024
-    assert i1.values["DCGM_FI_DEV_FB_USED"] > 0 and i2.values["DCGM_FI_DEV_FB_USED"] == 0
+    assert num(i1.values["DCGM_FI_DEV_FB_USED"]) > 0 and i2.values["DCGM_FI_DEV_FB_USED"] == 0
     assert p.values["DCGM_FI_DEV_FB_USED"] == i1.values["DCGM_FI_DEV_FB_USED"]
     assert float(i1.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]) > 0.9
     assert i2.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == 0.0
@@ -224,7 +231,7 @@ def test_a_held_instance_on_every_mig_model(model: str) -> None:
     b = SimulatedBackend(1, MODELS[model], scenario=s, clock=FakeClock())
     r = b.read(CATALOG, processes=True)
     parent, i1, i2 = r.samples
-    assert i1.values["DCGM_FI_DEV_FB_USED"] > 0 and i2.values["DCGM_FI_DEV_FB_USED"] == 0
+    assert num(i1.values["DCGM_FI_DEV_FB_USED"]) > 0 and i2.values["DCGM_FI_DEV_FB_USED"] == 0
     assert ("DCGM_FI_PROF_GR_ENGINE_ACTIVE" in i1.values) is (model != "A100")
     for x in (parent, i1, i2):
         assert not set(NOT_ON_MIG) & set(x.values), x.device

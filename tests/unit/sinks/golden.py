@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from podgpu.fields import load_default
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess, Snapshot, StageResult
@@ -74,8 +76,19 @@ def pods_snapshot() -> Snapshot:
                     errors_total=base.errors_total, cycle=base.cycle)
 
 
-def render_default(snapshot: Snapshot, **label_opts: object) -> bytes:
-    opts = LabelOptions(hostname="node-a", **label_opts)  # type: ignore[arg-type]
+class LabelFlags(TypedDict, total=False):
+    """LabelOptions' fields past `hostname`, for render_default's keywords."""
+
+    hostname_label: str
+    replace_blanks_in_model_name: bool
+    virtual_gpus: bool
+    pod_uid: bool
+    pod_labels: bool
+    old_namespace: bool
+
+
+def render_default(snapshot: Snapshot, **label_opts: Unpack[LabelFlags]) -> bytes:
+    opts = LabelOptions(hostname="node-a", **label_opts)
     return render(snapshot, load_default(), RenderOptions(opts, BUILD, (("render", 0.0002),)))
 
 
@@ -100,7 +113,7 @@ def render_1x(snapshot: Snapshot) -> bytes:
     return render(snap, ml, RenderOptions(opts, BUILD, ()))
 
 
-CASES = {
+CASES: dict[str, Callable[[], bytes]] = {
     "simulated-4xH100.prom": lambda: render_default(simulated_snapshot()),
     "simulated-2xA10G.prom": lambda: render_default(simulated_snapshot(2, "A10G")),
     "pods.prom": lambda: render_default(pods_snapshot()),

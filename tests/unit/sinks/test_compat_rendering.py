@@ -14,9 +14,9 @@ DEV = Device(index=0, uuid="GPU-0f000000-0000-0000-0000-000000000000",
              pci_bus_id="00000000:18:00.0", device_name="nvidia0", model="NVIDIA H100 80GB HBM3")
 
 
-def body(csv: str, values: dict[str, int | float | str], **label_opts: bool) -> str:
+def body(csv: str, values: dict[str, int | float | str]) -> str:
     snap = Snapshot(taken_at=1.0, samples=(Sample(DEV, values),))
-    opts = RenderOptions(LabelOptions(hostname="node-a", **label_opts))
+    opts = RenderOptions(LabelOptions(hostname="node-a"))
     return render(snap, parse_metric_list(csv), opts).decode()
 
 

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from podgpu.fields import parse_metric_list
-from podgpu.model import Device, Sample, Snapshot
+from podgpu.model import Device, GpuProcess, Sample, Snapshot
 from podgpu.sinks.prometheus import RenderOptions, render
 from podgpu.sinks.prometheus.labels import LabelOptions
 from tests.unit.sinks.golden import CASES, GOLDEN, pods_snapshot, render_default, simulated_snapshot
@@ -126,7 +127,7 @@ def test_exclusive_gpu_gets_pod_labels_shared_gpu_none_and_two_allocations() -> 
     assert util["0"]["pod"] == "train-0" and util["0"]["namespace"] == "ml"
     assert "pod" not in util["1"] and "pod" not in util["2"]
     alloc = fams["podgpu_gpu_allocation"]
-    per_gpu = {}
+    per_gpu: dict[str, list[str]] = {}
     for s in alloc:
         per_gpu.setdefault(s.labels["gpu"], []).append(s.labels["pod"])
     assert sorted(per_gpu["1"]) == ["infer-a", "infer-b"]
@@ -148,11 +149,13 @@ def test_virtual_gpus_split_util_and_memory_by_process_as_dcgm_exporter_4_8_2() 
     device = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_GPU_UTIL"]
               if "pod" not in s.labels}
     assert device == {"0": 100, "1": 100, "2": 0}
-    for field, per_proc in (("DCGM_FI_DEV_GPU_UTIL", lambda p: p.sm_util_percent or 0),
-                            ("DCGM_FI_DEV_FB_USED", lambda p: (p.used_memory_bytes or 0) >> 20)):
+    per_proc_of: tuple[tuple[str, Callable[[GpuProcess], float]], ...] = (
+        ("DCGM_FI_DEV_GPU_UTIL", lambda p: p.sm_util_percent or 0),
+        ("DCGM_FI_DEV_FB_USED", lambda p: (p.used_memory_bytes or 0) >> 20))
+    for field, per_proc in per_proc_of:
         per_pod = {(s.labels["gpu"], s.labels["pod"], s.labels["pod_uid"]): s.value
                    for s in fams[field] if "pod" in s.labels and "note" not in s.labels}
-        want = {}
+        want: dict[tuple[str, str, str], int] = {}
         for a in snap.allocations:
             dev = next(d.device for d in snap.samples if d.device.key == a.device_key)
             procs = [p for p in snap.processes if p.device_key == a.device_key and p.container

@@ -318,4 +318,6 @@ def fill(template: str, labels: Mapping[str, str]) -> str:
 
 def load_job(text: str) -> dict[str, Any]:
     doc = yaml.safe_load(text)
-    return doc[0] if isinstance(doc, list) else doc
+    job = doc[0] if isinstance(doc, list) else doc
+    assert isinstance(job, dict), job
+    return job

@@ -118,9 +118,9 @@ def test_every_series_has_the_agents_labels() -> None:
             if k != "_aws" and not isinstance(v, str):
                 mine.setdefault(k, set()).add(labels)
     theirs: dict[str, set[frozenset[tuple[str, str]]]] = {}
-    for name, labels, _ in oracle.deltas(scrapes):
+    for name, series_labels, _ in oracle.deltas(scrapes):
         if name in mine or name.startswith(("DCGM_", "podgpu_pod_", "podgpu_gpu_allocation")):
-            theirs.setdefault(name, set()).add(frozenset(labels.items()))
+            theirs.setdefault(name, set()).add(frozenset(series_labels.items()))
     assert set(mine) == set(theirs)
     for name in mine:
         assert mine[name] == theirs[name], name

@@ -16,7 +16,7 @@ SEED = Path(__file__).resolve().parents[3] / "fixtures" / "seed" / "cwagent-conf
 EXAMPLE = Path(__file__).resolve().parents[4] / "deploy" / "cloudwatch" / "podgpu-declarations.json"
 
 
-def one_minute(node: SimNode, encoder: Encoder) -> list[dict[str, object]]:
+def one_minute(node: SimNode, encoder: Encoder) -> list[dict[str, Any]]:
     builder = node.builder()
     acc = WindowAccumulator(60.0, encoder.wanted)
     node.clock.now -= node.clock.now % 60
@@ -134,9 +134,8 @@ def test_distribution_coalesces_beyond_100_distinct_values() -> None:
 
 def test_wanted_is_false_for_series_no_declaration_extracts() -> None:
     enc = Encoder(load_emf_config(str(SEED)))
-    key = (("Service", "nvidia-dcgm-exporter"), ("pod", "p"), ("ClusterName", "c"),
-           ("Namespace", "n"), ("job", "j"), ("prom_metric_type", GAUGE))
-    key = tuple(sorted(key))
+    key = tuple(sorted((("Service", "nvidia-dcgm-exporter"), ("pod", "p"), ("ClusterName", "c"),
+                        ("Namespace", "n"), ("job", "j"), ("prom_metric_type", GAUGE))))
     assert enc.wanted(key, "DCGM_FI_DEV_GPU_UTIL")
     assert not enc.wanted(key, "DCGM_FI_DEV_GPU_TEMP")
     no_pod = tuple(kv for kv in key if kv[0] != "pod")

@@ -335,7 +335,7 @@ def test_pod_churn_keeps_the_label_set_memo_bounded() -> None:
 
 
 def test_workload_names_and_gpu_resources_from_the_pod_object() -> None:
-    obj = {"metadata": {"name": "trainer-7c9f8d6b5-x2kqz", "labels": {
+    obj: dict[str, Any] = {"metadata": {"name": "trainer-7c9f8d6b5-x2kqz", "labels": {
         "pod-template-hash": "7c9f8d6b5"}, "ownerReferences": [
             {"kind": "ReplicaSet", "name": "trainer-7c9f8d6b5", "controller": True}]},
         "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}},

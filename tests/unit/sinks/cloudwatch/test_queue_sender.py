@@ -10,6 +10,7 @@ import pytest
 
 from podgpu.errors import ConfigError
 from podgpu.sinks.cloudwatch.destinations import (
+    Batch,
     SendError,
     StdoutDestination,
     _rejected,
@@ -31,7 +32,7 @@ class FakeDestination:
         self.fail: list[SendError] = []
         self.reject = 0
 
-    def send(self, batch: list[tuple[int, str]]) -> int:  # type: ignore[override]
+    def send(self, batch: Batch) -> int:
         if self.fail:
             raise self.fail.pop(0)
         self.batches.append(list(batch))

@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 
 from podgpu.sinks.cloudwatch.declarations import load_emf_config
-from podgpu.sinks.cloudwatch.destinations import SendError, make_destination, parse_target
+from podgpu.sinks.cloudwatch.destinations import (
+    Batch,
+    SendError,
+    make_destination,
+    parse_target,
+)
 from podgpu.sinks.cloudwatch.encode import Encoder
 from podgpu.sinks.cloudwatch.queue import EventQueue, Handoff
 from podgpu.sinks.cloudwatch.sender import STALL_INTERVALS, Sender
@@ -50,7 +55,7 @@ class Blocking:
         """True while a send is held by the fault."""
         self.sent: list[str] = []
 
-    def send(self, batch: list[tuple[int, str]]) -> int:
+    def send(self, batch: Batch) -> int:
         self.entered.set()
         self.blocked = not self.release.is_set()
         self.release.wait(60)
@@ -76,7 +81,7 @@ class Abortable(Blocking):
         self.aborted = 0
         self.calls = 0
 
-    def send(self, batch: list[tuple[int, str]]) -> int:
+    def send(self, batch: Batch) -> int:
         self.calls += 1
         if self.calls == 1:
             return super().send(batch)  # the stuck one: its result comes too late to count
@@ -219,7 +224,7 @@ def test_shutdown_with_a_stuck_destination_spools_or_counts_everything(
 
 def test_a_send_error_from_the_helper_thread_is_the_senders(clock: FakeClock) -> None:
     class Refusing(Blocking):
-        def send(self, batch: list[tuple[int, str]]) -> int:
+        def send(self, batch: Batch) -> int:
             raise SendError("nope", retryable=False)
 
     q = EventQueue(1 << 20)

@@ -55,7 +55,7 @@ def test_values_equal_the_snapshot_and_counters_are_typed() -> None:
             sample = next(s for s in snap.samples if str(s.device.index) == labels["gpu"])
             row = next(r for r in node.metrics.metrics if r.name == name)
             if not any(lv.field == name for lv in sample.labeled):
-                assert value == float(sample.values[name])  # type: ignore[arg-type]
+                assert value == float(sample.values[name])
             assert kind == (COUNTER if row.prom_type == "counter" else GAUGE)
             assert labels["prom_metric_type"] == kind
 

@@ -13,6 +13,7 @@ from podgpu.http.publish import Publisher
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess, Sample, Snapshot
 from podgpu.sinks.live import PAGE_KEY, SNAPSHOT_KEY, LiveRenderer, fmt, render_json
 from podgpu.sinks.live.page import POD_COLUMNS, pod_cells, render_page, sorted_pods
+from podgpu.sinks.live.schema import PodView
 from podgpu.sinks.live.view import ViewOptions, build_view
 
 OPTS = ViewOptions(node="<b>node</b>", backend="simulated", version="1", interval_seconds=0.5)
@@ -89,7 +90,9 @@ def test_page_summary_without_javascript_lists_tiles_and_no_pods_note() -> None:
 
 
 def test_pod_table_order_is_busiest_first_unknown_last() -> None:
-    pods = [{"namespace": "a", "pod": p, "container": "c", "utilization_ratio": u}
+    pods = [PodView(namespace="a", pod=p, container="c", pod_uid="", labels={}, gpus=[],
+                    devices=[], sources=[], memory_used_bytes=None, utilization_ratio=u,
+                    idle=False)
             for p, u in (("x", None), ("y", 0.2), ("z", 0.9), ("w", 0.2))]
     assert [p["pod"] for p in sorted_pods(pods)] == ["z", "w", "y", "x"]
 

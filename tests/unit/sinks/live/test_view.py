@@ -9,6 +9,7 @@ import math
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess, Sample, Snapshot, StageResult
 from podgpu.model.status import OK, StageStatus
 from podgpu.sinks.live import render_json
+from podgpu.sinks.live.schema import PodView, SnapshotView
 from podgpu.sinks.live.view import IDLE_BELOW, SCHEMA, ViewOptions, build_view
 
 OPTS = ViewOptions(node="n1", backend="simulated", version="9.9", interval_seconds=1.0)
@@ -44,7 +45,7 @@ def proc(d: Device, pod: str, mem: int | None, util: float | None, pid: int = 1)
     return GpuProcess(d.key, pid, mem, util, ref(pod, uid=f"uid-{pod}"))
 
 
-def pods_by_name(view: dict) -> dict[str, dict]:  # type: ignore[type-arg]
+def pods_by_name(view: SnapshotView) -> dict[str, PodView]:
     return {p["pod"]: p for p in view["pods"]}
 
 
@@ -80,7 +81,8 @@ def test_exclusive_holder_uses_its_processes() -> None:
     (p,) = v["pods"]
     assert (p["namespace"], p["pod"], p["container"], p["gpus"]) == ("ml", "train", "main", ["0"])
     assert p["memory_used_bytes"] == 4 * GIB
-    assert math.isclose(p["utilization_ratio"], 0.8)
+    util = p["utilization_ratio"]
+    assert util is not None and math.isclose(util, 0.8)
     assert p["sources"] == ["processes"] and p["idle"] is False
     assert v["devices"][0]["sharing"] == "exclusive"
     assert v["devices"][0]["holders"] == [
