@@ -7,16 +7,15 @@
     .venv/bin/python -m bench.startup_timeline --fake-nvml
 
 Each start runs podgpu with bench/timeline_site first on PYTHONPATH (its sitecustomize logs the
-events, see there), polls /metrics every 5 ms until it answers 200 with a GPU series, then stops
-it and prints the seconds to that answer and the `TL` lines, each in seconds since the spawn.
-Arguments after `--` go to `podgpu serve`. A timeline, not a timing: use bench.startup for the
-figures (the lines cost a little).
+events, see there), polls /metrics every 5 ms until it answers 200 with a GPU series
+(bench.startup's `first_metrics`), then stops it and prints the seconds to that answer and the `TL`
+lines, each in seconds since the spawn. Arguments after `--` go to `podgpu serve`. A timeline, not
+a timing: use bench.startup for the figures (the lines cost a little).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.startup import SERIES, first_metrics
 from tests.harness import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def one_start(podgpu_args: list[str], fake_nvml: bool) -> list[str]:
     port = free_port()
-    t0 = time.time()
+    t0, p0 = time.time(), time.perf_counter()  # the child's clock, and first_metrics'
     path = [str(ROOT / "bench" / "timeline_site"),
             *([str(ROOT / "bench" / "slow_nvml"), str(ROOT)] if fake_nvml else []),
             str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -46,22 +46,13 @@ def one_start(podgpu_args: list[str], fake_nvml: bool) -> list[str]:
         lines.extend(line.rstrip() for line in proc.stderr if line.startswith("TL "))
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    first = None
-    while first is None and time.time() - t0 < 30 and proc.poll() is None:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/metrics")
-            answer = conn.getresponse()
-            if answer.status == 200 and b"DCGM_FI_DEV_GPU_UTIL{" in answer.read():
-                first = time.time() - t0
-            conn.close()
-        except (OSError, http.client.HTTPException):
-            pass
-        time.sleep(0.005)
+    try:
+        head = f"first valid /metrics {first_metrics(port, SERIES['podgpu'], proc, p0):.4f} s"
+    except RuntimeError as exc:
+        head = str(exc)
     proc.terminate()
     proc.wait(10)
     reader.join(5)
-    head = f"first valid /metrics {first:.4f} s" if first is not None else "no valid /metrics"
     return [f"{head} ({' '.join(podgpu_args) or 'defaults'})", *lines]
 
 
