@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from podgpu.accounting.shares import ENERGY, POWER, HolderKey, Rate, cycle_rates
 from podgpu.model import ContainerRef, Device, Snapshot
+from podgpu.model.device import EMPTY
 
 DEFAULT_GRACE_SECONDS = 600.0
 DEFAULT_MAX_GAP_SECONDS = 300.0
@@ -70,8 +71,8 @@ class GpuEnergy(NamedTuple):
 
 
 class State(NamedTuple):
-    entries: Mapping[HolderKey, Entry] = MappingProxyType({})
-    unattributed: Mapping[str, GpuEnergy] = MappingProxyType({})
+    entries: Mapping[HolderKey, Entry] = EMPTY
+    unattributed: Mapping[str, GpuEnergy] = EMPTY
     """Per GPU UUID: energy used while no container held the GPU or any of its instances."""
     skipped_seconds: float = 0.0
     """Time in intervals longer than max_gap_seconds, not integrated."""

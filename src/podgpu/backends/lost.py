@@ -32,7 +32,7 @@ from types import MappingProxyType
 
 from podgpu.backends import derived
 from podgpu.model import Device, LabeledValue, Sample
-from podgpu.model.device import Value
+from podgpu.model.device import EMPTY, Value
 
 XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -90,7 +90,7 @@ def lost_sample(
         health_in = dict(values)
         health_in[XID_FIELD] = xid
         labeled.extend(lost_health(health_in, labeled, fail_code))
-    return Sample(device, MappingProxyType(values), MappingProxyType({}), tuple(labeled),
+    return Sample(device, MappingProxyType(values), EMPTY, tuple(labeled),
                   lost=reason)
 
 

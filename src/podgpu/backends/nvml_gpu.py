@@ -24,7 +24,7 @@ from podgpu.backends.nvml_lib import GPU_IS_LOST, Lib, text
 from podgpu.backends.nvml_mig import enumerate_instances
 from podgpu.backends.nvml_state import GpuState
 from podgpu.model import Device, GpuProcess, Sample
-from podgpu.model.device import Value
+from podgpu.model.device import EMPTY, Value
 
 if TYPE_CHECKING:
     from podgpu.backends.nvml_plan import Plan
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("podgpu.backends.nvml")
 
-_NO_LABELS: Mapping[str, Value] = MappingProxyType({})
 
 Peer = tuple[int, str, Any]
 """(index, UUID, NVML handle) of another live GPU, for this GPU's P2P row."""
@@ -47,7 +46,7 @@ class GpuView(NamedTuple):
     """Opaque NVML handle, only passed back to other GPUs' workers for P2P calls."""
     device: Device | None = None
     instances: tuple[Device, ...] = ()
-    labels: Mapping[str, Value] = _NO_LABELS
+    labels: Mapping[str, Value] = EMPTY
     """Label-typed field values read so far (static facts), for a lost GPU's sample."""
     gpm_reason: str | None = None
     instance_gpm: bool = False

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from podgpu.backends import derived
 from podgpu.backends.nvml_lib import Lib, text
-from podgpu.model.device import Value
+from podgpu.model.device import EMPTY, Value
 
 if TYPE_CHECKING:
     from podgpu.fields.catalog import Field
@@ -28,7 +28,6 @@ CLOCK_REASONS_CALL = "nvmlDeviceGetCurrentClocksEventReasons"
 
 CLOCK_EVENTS = derived.CLOCK_EVENTS  # dcgm-exporter's clock_event label values per bit
 
-_NOTHING_UNKNOWN: Mapping[str, str] = MappingProxyType({})
 
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                  6: "usVal"}
@@ -70,7 +69,7 @@ class Plan(NamedTuple):
     """DCGM_EXP_GPU_HEALTH_STATUS, derived per GPU after its reads (backends/derived.py)."""
     p2p: Field | None = None
     """DCGM_EXP_P2P_STATUS, from nvmlDeviceGetP2PStatus for each GPU pair."""
-    unknown: Mapping[str, str] = _NOTHING_UNKNOWN
+    unknown: Mapping[str, str] = EMPTY
     """Fields this pynvml cannot read at all (missing constant), with why."""
 
     def batch(self) -> list[int | tuple[int, int]]:

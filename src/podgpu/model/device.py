@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import NamedTuple, Never
+from typing import Any, NamedTuple, Never
 
 Value = int | float | str
 """A field's value in DCGM's unit: int for DCGM_FT_INT64, float for DCGM_FT_DOUBLE, str for labels."""
 
 
-_EMPTY: Mapping[str, Never] = MappingProxyType({})
-"""The default `values` and `missing`: one read-only empty mapping, shared by every sample."""
+EMPTY: Mapping[Any, Never] = MappingProxyType({})
+"""One read-only empty mapping, the default of every record's mapping field (nothing can
+change it, so every record shares it)."""
 
 
 DEFAULT_COMPUTE_SLICES = 7
@@ -70,8 +71,8 @@ class Sample(NamedTuple):
     """
 
     device: Device
-    values: Mapping[str, Value] = _EMPTY
-    missing: Mapping[str, str] = _EMPTY
+    values: Mapping[str, Value] = EMPTY
+    missing: Mapping[str, str] = EMPTY
     labeled: tuple[LabeledValue, ...] = ()
     """Series with extra labels, e.g. DCGM_EXP_XID_ERRORS_COUNT{window_size_in_ms,xid}."""
     lost: str | None = None
