@@ -13,6 +13,8 @@ from podgpu.errors import BackendError
 from podgpu.settings import CollectSettings, HttpSettings, KubernetesSettings, ServeSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from podgpu.attribution.base import Attributor
     from podgpu.backends.base import Backend
     from podgpu.fields.metriclist import MetricList
@@ -110,6 +112,26 @@ def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend
     )
 
 
+SIMULATE_FLAG = "simulate"
+"""--simulate without its dashes, as config/serve.py's table has it (a test keeps the two equal):
+read before that table is loaded, by `asks_simulation`."""
+
+
+def asks_simulation(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for a simulated node, read before the flags are parsed, in
+    every spelling the parser takes (`--simulate`, Go's `-simulate`, with or without `=`); a
+    simulated start then loads no pynvml (~1 MiB) and touches no GPU. PODGPU_SIMULATE is not
+    read here: the option table is the environment's one reader, and a start it simulates only
+    loads pynvml for nothing. No answer is ever wrong for what opens: the parsed flags decide."""
+    for arg in argv:
+        if arg == "--":
+            break
+        name = arg.partition("=")[0]
+        if name.startswith("-") and not name.startswith("---") and name.lstrip("-") == SIMULATE_FLAG:
+            return True
+    return False
+
+
 class OpenAhead:
     """NVML's open on a thread of its own ("podgpu-open"), started before the flags are parsed
     (`early`): the thread inits NVML at once, a wait in the driver that needs no setting, then
@@ -136,11 +158,14 @@ class OpenAhead:
             self._thread.start()
 
     @classmethod
-    def early(cls) -> OpenAhead:
+    def early(cls, argv: Sequence[str]) -> OpenAhead:
         """pynvml imported on this thread (so that the binding's memory stays in the main
         thread's malloc arena: 0.4-0.5 MiB more RSS otherwise, bench/RESULTS.md) and NVML's
-        init started on the open's thread; nothing ahead when pynvml is missing (the open
-        says so later, if NVML is what the flags ask for)."""
+        init started on the open's thread; nothing ahead when the flags ask for a simulated
+        node (`asks_simulation`: no pynvml, ~1 MiB, is loaded then) or when pynvml is missing
+        (the open says so later, if NVML is what the flags ask for)."""
+        if asks_simulation(argv):
+            return cls(None)
         from podgpu.backends import nvml_lib
 
         try:

@@ -9,7 +9,8 @@ overlaps the two (parts.OpenAhead): its thread inits NVML before the flags are p
 needs no setting, and opens the backend as soon as the settings make it. So the first valid
 /metrics comes about when GPM's wait ends, or when the imports do, whichever is later, instead of
 after the imports and the waits. This module therefore imports only pynvml and what parsing
-needs before the open's thread starts; the agent comes after.
+needs before the open's thread starts; the agent comes after. A command line that asks for
+--simulate starts nothing ahead and loads no pynvml.
 Bad input still exits 2: a ConfigError from parsing or building the agent wins over whatever the
 open did, and what it opened is closed.
 """
@@ -28,7 +29,7 @@ def main(argv: Sequence[str]) -> int:
     """`podgpu serve [flags]` (also `podgpu [flags]`): parse, open ahead, build, run."""
     from podgpu.parts import OpenAhead
 
-    ahead = OpenAhead.early()
+    ahead = OpenAhead.early(argv)
     try:
         from podgpu.config import OPTIONS, serve_parser, settings_from
         from podgpu.options import go_flags

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 import pytest
 
 from podgpu.backends.base import Reading
+from podgpu.config import SERVE_OPTIONS
 from podgpu.errors import BackendError
 from podgpu.fields.catalog import Field
 from podgpu.model import Device
-from podgpu.parts import OpenAhead
+from podgpu.parts import SIMULATE_FLAG, OpenAhead, asks_simulation
 from podgpu.settings import ServeSettings, SimulationSettings
 
 
@@ -164,3 +165,31 @@ def test_without_pynvml_wait_opens_the_backend_on_the_caller() -> None:
     gate = Gate()
     handed(None, gate).wait(gate)
     assert gate.opened_on == threading.current_thread().name
+
+
+
+@pytest.mark.parametrize(("argv", "asks"), [
+    (["--simulate", "4"], True),
+    (["-c", "500", "--simulate=2xH200"], True),
+    (["-simulate", "1"], True),  # Go's spelling, which the parser takes too
+    (["--simulate-scenario", "none"], False),
+    (["-f", "/etc/counters.csv"], False),
+    (["--", "--simulate"], False),  # after --, not a flag
+])
+def test_a_simulated_start_is_told_before_the_flags_are_parsed(argv: list[str], asks: bool
+                                                               ) -> None:
+    assert asks_simulation(argv) is asks
+
+
+def test_the_early_reading_knows_the_tables_simulate_flag() -> None:
+    (option,) = [o for o in SERVE_OPTIONS if o.dest == "sim.spec"]
+    assert option.flags == ("--" + SIMULATE_FLAG,)
+
+
+def test_a_simulated_start_opens_nothing_ahead() -> None:
+    ahead = OpenAhead.early(["--simulate", "1"])
+    gate = Gate()
+    gate.released.set()
+    ahead.hand(gate)
+    ahead.wait(gate)
+    assert gate.opened_on == threading.current_thread().name  # no open's thread was started
