@@ -1,8 +1,8 @@
 """Loaded by `python -m bench.startup_timeline` in the podgpu it starts (this directory first on
 PYTHONPATH): one stderr line `TL <seconds since the parent's spawn> [<thread>] <event>` for the
 start of chosen imports, each NVML call the first time and whenever it takes over 2 ms, the
-open's thread (NVML's init, then the backend's open), the hand-over of the backend, the wait for
-the open, and each wiring step of
+open's thread (NVML's C init, pynvml's init, the GPUs' warm-up, then the backend's open), the
+hand-over of the backend, the wait for the open, and each wiring step of
 `podgpu.agent._serve` (the first cycle is `start_collecting`). It only wraps: nothing podgpu
 does changes, apart from the few microseconds each line costs."""
 
@@ -21,7 +21,7 @@ from typing import Any
 T0 = float(os.environ.get("PODGPU_TIMELINE_T0", time.time()))
 SLOW_CALL_SECONDS = 0.002
 IMPORTS = frozenset({
-    "podgpu.cli", "podgpu.config", "podgpu.settings", "podgpu.parts", "podgpu.backends.nvml",
+    "podgpu.cli", "podgpu.ahead", "pynvml", "podgpu.logs", "podgpu.config", "podgpu.settings", "podgpu.parts", "podgpu.backends.nvml",
     "podgpu.agent", "asyncio", "podgpu.fields", "podgpu.accounting", "podgpu.sinks.live",
     "podgpu.http.server", "h11",
 })
@@ -63,11 +63,20 @@ def wrap_pynvml(module: ModuleType) -> None:
             setattr(module, name, traced(name, fn, always=False))
 
 
-def wrap_parts(module: ModuleType) -> None:
-    cls = module.OpenAhead
+def wrap_ahead(module: ModuleType) -> None:
+    """OpenAhead's steps, in podgpu.ahead (podgpu.parts in an older tree)."""
+    cls = getattr(module, "OpenAhead", None)
+    if cls is None:
+        return
     cls.begin = traced("the flags parsed, the backend handed over", cls.begin, always=True)
     cls.wait = traced("the wait for the open", cls.wait, always=True)
     cls._run = traced("the open's thread", cls._run, always=True)  # its own method: a probe's wrap
+    if hasattr(module, "c_init"):
+        module.c_init = traced("NVML's C init", module.c_init, always=True)  # type: ignore[attr-defined]
+
+
+def wrap_warmup(module: ModuleType) -> None:
+    module.Warmup.start = traced("the GPUs' warm-up start", module.Warmup.start, always=True)
 
 
 def wrap_agent(module: ModuleType) -> None:
@@ -77,7 +86,8 @@ def wrap_agent(module: ModuleType) -> None:
 
 
 AFTER_LOAD: dict[str, Callable[[ModuleType], None]] = {
-    "pynvml": wrap_pynvml, "podgpu.parts": wrap_parts, "podgpu.agent": wrap_agent}
+    "pynvml": wrap_pynvml, "podgpu.ahead": wrap_ahead, "podgpu.parts": wrap_ahead,
+    "podgpu.backends.nvml_ahead": wrap_warmup, "podgpu.agent": wrap_agent}
 
 
 def wrapping(exec_module: Callable[[ModuleType], None], wrap: Callable[[ModuleType], None]

@@ -4,19 +4,16 @@ backend, the attributor, the web security and the EMF sink. podgpu.agent assembl
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 from typing import TYPE_CHECKING, Any
 
 from podgpu.errors import BackendError
 from podgpu.settings import CollectSettings, HttpSettings, KubernetesSettings, ServeSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from podgpu.attribution.base import Attributor
     from podgpu.backends.base import Backend
+    from podgpu.backends.nvml_ahead import Warmup
     from podgpu.fields.metriclist import MetricList
     from podgpu.http.websecurity import WebSecurity
     from podgpu.sim.scenario import Scenario
@@ -70,10 +67,12 @@ def make_scenario(settings: ServeSettings) -> Scenario | None:
     return default_scenario(parse_simulate(sim.spec)[0])
 
 
-def make_backend(settings: ServeSettings, scenario: Scenario | None = None) -> Backend:
+def make_backend(settings: ServeSettings, scenario: Scenario | None = None,
+                 warmup: Warmup | None = None) -> Backend:
     """The GPU backend, wrapped in the `-d` selection; the default `f` too, which
-    drops a MIG GPU's parent series beside its instances."""
-    backend = _make_backend(settings, scenario)
+    drops a MIG GPU's parent series beside its instances. `warmup`: what NVML started before
+    the flags were parsed (podgpu/ahead.py), for the NVML backend to adopt."""
+    backend = _make_backend(settings, scenario, warmup)
     if settings.collect.devices.flex and settings.simulation is not None and (
             scenario is None or not scenario.mig):
         return backend  # a simulated node without MIG: flex keeps everything
@@ -87,7 +86,8 @@ def make_backend(settings: ServeSettings, scenario: Scenario | None = None) -> B
     return selected
 
 
-def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend:
+def _make_backend(settings: ServeSettings, scenario: Scenario | None, warmup: Warmup | None
+                  ) -> Backend:
     c = settings.collect
     if settings.simulation is not None:
         from podgpu.sim.backend import SimulatedBackend, parse_simulate
@@ -109,117 +109,8 @@ def _make_backend(settings: ServeSettings, scenario: Scenario | None) -> Backend
         clock_events_sample_seconds=c.clock_events_sample_ms / 1000.0,
         # a hung GPU costs at most this much of a cycle: 0.8 interval, 1..10 s
         read_timeout_seconds=min(10.0, max(1.0, 0.8 * c.interval)),
+        warmup=warmup,
     )
-
-
-SIMULATE_FLAG = "simulate"
-"""--simulate without its dashes, as config/serve.py's table has it (a test keeps the two equal):
-read before that table is loaded, by `asks_simulation`."""
-
-
-def asks_simulation(argv: Sequence[str]) -> bool:
-    """Whether the command line asks for a simulated node, read before the flags are parsed, in
-    every spelling the parser takes (`--simulate`, Go's `-simulate`, with or without `=`); a
-    simulated start then loads no pynvml (~1 MiB) and touches no GPU. PODGPU_SIMULATE is not
-    read here: the option table is the environment's one reader, and a start it simulates only
-    loads pynvml for nothing. No answer is ever wrong for what opens: the parsed flags decide."""
-    for arg in argv:
-        if arg == "--":
-            break
-        name = arg.partition("=")[0]
-        if name.startswith("-") and not name.startswith("---") and name.lstrip("-") == SIMULATE_FLAG:
-            return True
-    return False
-
-
-class OpenAhead:
-    """NVML's open on a thread of its own ("podgpu-open"), started before the flags are parsed
-    (`early`): the thread inits NVML at once, a wait in the driver that needs no setting, then
-    waits for `begin` to hand it the backend the settings make and opens that. The backend's own
-    init then finds NVML up (NVML counts its inits), and the thread's init is shut down once the
-    open is done, so NVML ends initialised exactly as often as the backend inited it. serve.py
-    says why. With --simulate, or when pynvml cannot be imported, no backend is handed over and
-    `wait` opens the agent's own on the caller's thread."""
-
-    ABANDON_WAIT_SECONDS = 5.0
-    """How long `abandon` waits for an open in flight before leaving it to the exiting process."""
-
-    def __init__(self, module: Any = None) -> None:
-        """`module`: the pynvml to init ahead (None: no thread, nothing ahead)."""
-        self.backend: Backend | None = None
-        """The backend `begin` made for the flags (None with --simulate): opening ahead when
-        there is a thread, else opened by `wait`."""
-        self._error: BaseException | None = None
-        self._handed = threading.Event()
-        self._thread: threading.Thread | None = None
-        if module is not None:
-            self._thread = threading.Thread(target=self._run, args=(module,),
-                                            name="podgpu-open", daemon=True)
-            self._thread.start()
-
-    @classmethod
-    def early(cls, argv: Sequence[str]) -> OpenAhead:
-        """pynvml imported on this thread (so that the binding's memory stays in the main
-        thread's malloc arena: 0.4-0.5 MiB more RSS otherwise, bench/RESULTS.md) and NVML's
-        init started on the open's thread; nothing ahead when the flags ask for a simulated
-        node (`asks_simulation`: no pynvml, ~1 MiB, is loaded then) or when pynvml is missing
-        (the open says so later, if NVML is what the flags ask for)."""
-        if asks_simulation(argv):
-            return cls(None)
-        from podgpu.backends import nvml_lib
-
-        try:
-            return cls(nvml_lib.load(None))
-        except BackendError:
-            return cls(None)
-
-    def begin(self, settings: ServeSettings) -> None:
-        """The flags are parsed: the NVML backend made and handed to the thread to open; with
-        --simulate none (the agent makes the simulated one for its scenario) and the thread
-        shuts its init down."""
-        self.hand(make_backend(settings) if settings.simulation is None else None)
-
-    def hand(self, backend: Backend | None) -> None:
-        """`backend` to the thread to open (None: nothing to open; the thread shuts down its
-        init)."""
-        self.backend = backend
-        self._handed.set()
-
-    def _run(self, module: Any) -> None:
-        inited = False
-        with contextlib.suppress(Exception):  # not there yet: the backend's open says why
-            module.nvmlInit()
-            inited = True
-        self._handed.wait()
-        try:
-            if self.backend is not None:
-                self.backend.open()
-        except BaseException as exc:  # raised on the caller's thread by `wait`
-            self._error = exc
-        finally:
-            if inited:
-                with contextlib.suppress(Exception):
-                    module.nvmlShutdown()
-
-    def wait(self, backend: Backend) -> None:
-        """`backend.open()` done: waited for when it runs ahead (raising what it raised), else
-        called now."""
-        if self.backend is None or self._thread is None:
-            backend.open()
-            return
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-    def abandon(self) -> None:
-        """The agent was not built (bad input, --help): close what the open opened and let
-        the thread shut its init down."""
-        self._handed.set()
-        if self._thread is None:
-            return
-        self._thread.join(self.ABANDON_WAIT_SECONDS)
-        if self.backend is not None and not self._thread.is_alive() and self._error is None:
-            self.backend.close()
 
 
 def make_attributor(kubernetes: KubernetesSettings, scenario: Scenario | None

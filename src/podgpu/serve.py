@@ -3,14 +3,15 @@ agent while it opens, run.
 
 NVML's init (13.5 ms on an H100 with persistence mode on, more without), the first device
 handles and the 0.1 s that GPM needs between its first two samples (backends/nvml_gpm.py) are
-waits in the driver, during which ctypes releases the GIL; parsing the flags and importing the
-rest of podgpu (the agent, the metric list, the renderers, the listener) are Python work. The open
-overlaps the two (parts.OpenAhead): its thread inits NVML before the flags are parsed, since that
-needs no setting, and opens the backend as soon as the settings make it. So the first valid
-/metrics comes about when GPM's wait ends, or when the imports do, whichever is later, instead of
-after the imports and the waits. This module therefore imports only pynvml and what parsing
-needs before the open's thread starts; the agent comes after. A command line that asks for
---simulate starts nothing ahead and loads no pynvml.
+waits in the driver, during which ctypes releases the GIL; importing pynvml, parsing the flags
+and importing the rest of podgpu (the agent, the metric list, the renderers, the listener) are
+Python work. The open overlaps the two (podgpu/ahead.py): its thread starts NVML's init through
+the C library before anything else, before pynvml is even imported; then takes each GPU's first
+GPM sample while the flags are parsed, since neither needs a setting; and opens the backend as
+soon as the settings make it. So the first valid /metrics comes about when GPM's wait ends, or
+when the imports do, whichever is later, instead of after the imports and the waits. This
+module therefore starts that thread first; the logs, the flags' tables and the agent come
+after. A command line that asks for --simulate starts nothing ahead and loads no pynvml.
 Bad input still exits 2: a ConfigError from parsing or building the agent wins over whatever the
 open did, and what it opened is closed.
 """
@@ -19,18 +20,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from podgpu import logs
-
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 
 def main(argv: Sequence[str]) -> int:
     """`podgpu serve [flags]` (also `podgpu [flags]`): parse, open ahead, build, run."""
-    from podgpu.parts import OpenAhead
+    from podgpu.ahead import OpenAhead
 
     ahead = OpenAhead.early(argv)
     try:
+        from podgpu import logs
         from podgpu.config import OPTIONS, serve_parser, settings_from
         from podgpu.options import go_flags
 

@@ -75,18 +75,20 @@ def test_nvml_failing_without_the_wait_still_exits_1() -> None:
 
 
 def test_the_open_waits_for_no_agent_catalog_or_listener(tmp_path: Path) -> None:
-    """What is imported before NVML's init starts is on the path to the first /metrics; the
-    flags' tables, the agent, the field catalog, the NVML reading modules, the renderers and
-    the listener load beside it (the backend modules the open runs load once the flags are
-    parsed, while NVML inits)."""
+    """What is imported before pynvml is given to the open's thread is on the path to the
+    GPUs' first GPM samples, and so to the first /metrics; the logs, the settings, the flags'
+    tables, the agent, the field catalog, the NVML reading modules, the renderers and the
+    listener load beside them (the backend modules the open runs load once the flags are
+    parsed)."""
     record = tmp_path / "modules"
     path = os.pathsep.join([str(ROOT / "tests" / "integration" / "nvml_records"), str(ROOT),
                             *filter(None, [os.environ.get("PYTHONPATH")])])
     with Serve(["-c", "1000", "--wait-for-driver", "never"],
                env={"PYTHONPATH": path, "PODGPU_TEST_NVML_MODULES_TO": str(record)}):
         before_init = set(record.read_text().split())
-    assert "podgpu.parts" in before_init
-    later = {"podgpu.config", "podgpu.options", "podgpu.agent", "podgpu.backends.nvml",
+    assert "podgpu.ahead" in before_init
+    later = {"podgpu.logs", "podgpu.parts", "podgpu.settings", "podgpu.config",
+             "podgpu.options", "podgpu.agent", "podgpu.backends.nvml",
              "podgpu.fields.catalog", "podgpu.fields.metriclist",
              "podgpu.backends.nvml_plan", "podgpu.backends.nvml_read", "podgpu.sinks.prometheus",
              "podgpu.http.server", "asyncio", "h11", "socket"}

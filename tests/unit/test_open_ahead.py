@@ -1,21 +1,25 @@
-"""parts.OpenAhead: NVML's init starts on the open's thread before the flags are parsed, the
-backend handed over later is opened on that thread; `wait` hands its outcome to the caller (its
-error raised there), `abandon` closes only what did open, and the thread's own init is always
-shut down, so NVML ends initialised exactly as often as the backend inited it."""
+"""ahead.OpenAhead: NVML's C init starts on the open's thread before pynvml is imported, pynvml's
+init and the GPUs' warm-up once it is given, the backend handed over later is opened on that
+thread; `wait` hands its outcome to the caller (its error raised there), `abandon` closes only
+what did open, and the thread's own inits are always shut down, so NVML ends initialised
+exactly as often as the backend inited it."""
 
 from __future__ import annotations
 
+import ctypes.util
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
+from podgpu.ahead import SIMULATE_FLAG, OpenAhead, asks_simulation, c_init
 from podgpu.backends.base import Reading
+from podgpu.backends.nvml_ahead import Warmup
 from podgpu.config import SERVE_OPTIONS
 from podgpu.errors import BackendError
 from podgpu.fields.catalog import Field
 from podgpu.model import Device
-from podgpu.parts import SIMULATE_FLAG, OpenAhead, asks_simulation
 from podgpu.settings import ServeSettings, SimulationSettings
 
 
@@ -82,12 +86,19 @@ class Gate:
         return {}
 
 
+def started(nvml: Nvml | None, **kw: Any) -> OpenAhead:
+    """An OpenAhead with its thread, `nvml` given (None: pynvml missing)."""
+    ahead = OpenAhead(ahead=True, **kw)
+    ahead.give(nvml)
+    return ahead
+
+
 def handed(nvml: Nvml | None, gate: Gate) -> OpenAhead:
     """An OpenAhead over `nvml` (None: pynvml missing) with `gate` handed over, neither blocking."""
     if nvml is not None:
         nvml.release.set()
     gate.released.set()
-    ahead = OpenAhead(nvml)
+    ahead = started(nvml)
     ahead.hand(gate)
     return ahead
 
@@ -105,7 +116,7 @@ def test_nvml_inits_ahead_and_the_handed_backend_opens_on_the_same_thread() -> N
 
 def test_the_caller_goes_on_while_the_thread_waits_in_the_driver() -> None:
     nvml = Nvml()
-    ahead = OpenAhead(nvml)
+    ahead = started(nvml)
     gate = Gate(nvml)
     ahead.hand(gate)  # handed over while NVML's init still blocks
     assert gate.opened_on is None
@@ -143,14 +154,14 @@ def test_abandon_closes_what_opened_and_nothing_else() -> None:
 def test_abandon_before_the_flags_are_parsed_gives_the_init_back() -> None:
     nvml = Nvml()
     nvml.release.set()
-    OpenAhead(nvml).abandon()  # --help, or a bad flag
+    started(nvml).abandon()  # --help, or a bad flag
     assert nvml.inits == nvml.shutdowns == 1
 
 
 def test_simulate_hands_nothing_over_and_wait_opens_the_agents_own_now() -> None:
     nvml = Nvml()
     nvml.release.set()
-    ahead = OpenAhead(nvml)
+    ahead = started(nvml)
     ahead.begin(ServeSettings(simulation=SimulationSettings("1")))
     assert ahead.backend is None
     gate = Gate()
@@ -161,10 +172,108 @@ def test_simulate_hands_nothing_over_and_wait_opens_the_agents_own_now() -> None
     assert nvml.inits == nvml.shutdowns == 1
 
 
-def test_without_pynvml_wait_opens_the_backend_on_the_caller() -> None:
-    gate = Gate()
-    handed(None, gate).wait(gate)
-    assert gate.opened_on == threading.current_thread().name
+def test_without_pynvml_the_backend_still_opens_ahead_and_says_so() -> None:
+    gate = Gate(error=BackendError("the NVML backend needs nvidia-ml-py"))
+    with pytest.raises(BackendError, match="nvidia-ml-py"):
+        handed(None, gate).wait(gate)
+    assert gate.opened_on == "podgpu-open"
+
+
+class CInit:
+    """NVML's C init: blocks until `release`, logs into `log` on which thread it ran, and
+    returns the shutdown (None: the library is not there)."""
+
+    def __init__(self, log: list[str], there: bool = True) -> None:
+        self.release = threading.Event()
+        self.log = log
+        self.there = there
+
+    def __call__(self) -> Callable[[], object] | None:
+        self.release.wait(30)
+        self.log.append(f"c init on {threading.current_thread().name}")
+        return (lambda: self.log.append("c shutdown")) if self.there else None
+
+
+class LoggedNvml(Nvml):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+        self.release.set()
+
+    def nvmlInit(self) -> None:
+        super().nvmlInit()
+        self.log.append("pynvml init")
+
+    def nvmlShutdown(self) -> None:
+        super().nvmlShutdown()
+        self.log.append("pynvml shutdown")
+
+
+class LoggedWarmup(Warmup):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def start(self, module: Any) -> None:
+        self.log.append(f"warm-up starts on {threading.current_thread().name}")
+
+    def release(self) -> None:
+        self.log.append("warm-up released")
+
+
+class LoggedGate(Gate):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+        self.released.set()
+
+    def open(self) -> None:
+        super().open()
+        self.log.append("open")
+
+
+def test_the_c_init_runs_before_pynvml_is_given_and_is_shut_down_last() -> None:
+    log: list[str] = []
+    init = CInit(log)
+    ahead = OpenAhead(ahead=True, c_init=init, warmup=LoggedWarmup(log))
+    log.append("pynvml imported")  # the main thread's import, while the C init waits
+    init.release.set()
+    ahead.give(LoggedNvml(log))
+    gate = LoggedGate(log)
+    ahead.hand(gate)
+    ahead.wait(gate)
+    assert log == ["pynvml imported", "c init on podgpu-open", "pynvml init",
+                   "warm-up starts on podgpu-open", "open", "warm-up released",
+                   "pynvml shutdown", "c shutdown"]
+
+
+def test_without_the_c_library_pynvml_inits_and_the_warm_up_still_starts() -> None:
+    log: list[str] = []
+    init = CInit(log, there=False)
+    init.release.set()
+    ahead = OpenAhead(ahead=True, c_init=init, warmup=LoggedWarmup(log))
+    ahead.give(LoggedNvml(log))
+    ahead.hand(None)  # --simulate from the environment: nothing to open
+    ahead.abandon()
+    assert log == ["c init on podgpu-open", "pynvml init", "warm-up starts on podgpu-open",
+                   "warm-up released", "pynvml shutdown"]
+
+
+def test_no_warm_up_while_nvml_is_down() -> None:
+    log: list[str] = []
+    nvml = Nvml(init_error=OSError("libnvidia-ml.so.1: cannot open shared object file"))
+    nvml.release.set()
+    ahead = started(nvml, warmup=LoggedWarmup(log))
+    ahead.hand(None)
+    ahead.abandon()
+    assert log == ["warm-up released"]  # released (nothing to free), never started
+
+
+def test_the_c_init_is_none_without_nvmls_library() -> None:
+    assert c_init("libnvidia-ml-not-there.so.1") is None
+    libc = ctypes.util.find_library("c")
+    assert libc is not None
+    assert c_init(libc) is None  # a library, but without nvmlInit_v2
 
 
 

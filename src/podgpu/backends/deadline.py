@@ -67,6 +67,13 @@ class Workers:
             ) -> dict[K, Future[T]]:
         """Submit every job, wait until all are done or `deadline` seconds passed; the futures
         of those not done are left running and their keys report `stuck`."""
+        futures = self.submit(jobs)
+        self._wait(futures, deadline)
+        return futures
+
+    def submit(self, jobs: Iterable[tuple[K, Callable[[], T]]]) -> dict[K, Future[T]]:
+        """Queue every job on its key's worker (behind what the worker has queued already) and
+        return at once."""
         futures: dict[K, Future[T]] = {}
         start = time.monotonic()
         for key, fn in jobs:
@@ -74,7 +81,6 @@ class Workers:
             self._queue(key).put((fn, fut))
             self._busy[key] = (fut, start)
             futures[key] = fut
-        self._wait(futures, deadline)
         return futures
 
     def close(self) -> None:

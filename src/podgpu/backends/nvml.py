@@ -34,6 +34,7 @@ from podgpu.errors import BackendError
 from podgpu.model import Device, GpuProcess, Sample
 
 if TYPE_CHECKING:
+    from podgpu.backends.nvml_ahead import Warmup
     from podgpu.backends.nvml_plan import Plan
     from podgpu.fields.catalog import Field
 
@@ -62,9 +63,12 @@ class NvmlBackend:
         read_timeout_seconds: float = DEFAULT_READ_TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
         read_wait: Wait = wait_all,
+        warmup: Warmup | None = None,
     ) -> None:
         """`read_wait`: how a cycle waits for the GPUs' workers up to `read_timeout_seconds`
-        (backends/deadline.py; tests pass one that needs no real time)."""
+        (backends/deadline.py; tests pass one that needs no real time). `warmup`: the GPUs'
+        workers and first GPM samples started before this backend was made
+        (backends/nvml_ahead.py), adopted by the first `open`."""
         self._module = pynvml_module
         self._xid_window = xid_window_seconds
         self._clock_window = clock_events_window_seconds
@@ -79,6 +83,7 @@ class NvmlBackend:
         self._read_timeout = read_timeout_seconds
         self._read_wait = read_wait
         self._workers = Workers(wait=read_wait)
+        self._warmup = warmup
         self._plans: dict[tuple[str, ...], Plan] = {}
         self._unknown: dict[str, str] = {}
         self._mig_dirty = False
@@ -105,7 +110,10 @@ class NvmlBackend:
         if count == 0:
             self.close()
             raise BackendError("NVML found no NVIDIA GPU on this node")
-        self._discover_all(lib, count)
+        warmup, self._warmup = self._warmup, None
+        if warmup is not None:
+            self._workers = warmup.workers() or self._workers
+        self._discover_all(lib, count, warmup)
         self._log_capabilities()
         reachable = [(v.uuid, v.handle) for v in self._views.values()
                      if v.lost is None and v.device is not None]
@@ -113,14 +121,17 @@ class NvmlBackend:
                                     on_mig_change=self._mark_mig_dirty, clock=self._clock)
         self._events.start(ready_timeout=self._read_timeout)
 
-    def _discover_all(self, lib: Lib, count: int) -> None:
+    def _discover_all(self, lib: Lib, count: int, warmup: Warmup | None = None) -> None:
         """Discovery on each GPU's worker under the read deadline: a GPU whose discovery hangs
-        is left undiscovered (reported as not answering) and picked up when its call returns."""
+        is left undiscovered (reported as not answering) and picked up when its call returns.
+        With a `warmup`, each GPU adopts the GPM stream its worker started ahead."""
         info = MappingProxyType(dict(self._info))
         self._views = {}
         self._runners = {i: GpuRunner(lib, i, info=info, retry_seconds=self._retry_seconds,
                                       clock_window=self._clock_window,
-                                      clock_period=self._clock_period, clock=self._clock)
+                                      clock_period=self._clock_period, clock=self._clock,
+                                      first_stream=None if warmup is None
+                                      else partial(warmup.take, i))
                          for i in range(count)}
         futures = self._workers.run(((i, r.start) for i, r in self._runners.items()),
                                     self._read_timeout)

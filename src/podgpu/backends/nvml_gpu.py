@@ -83,8 +83,12 @@ class GpuRunner:
 
     def __init__(self, lib: Lib, index: int, *, info: Mapping[str, str], retry_seconds: float,
                  clock_window: float, clock_period: float = derived.DCGM_EXPORTER_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 first_stream: Callable[[], GpmStream | None] | None = None) -> None:
+        """`first_stream`: the whole GPU's GPM stream started ahead (backends/nvml_ahead.py),
+        asked for once, by the first discovery."""
         self._lib = lib
+        self._first_stream = first_stream
         self._info = info
         self._retry = retry_seconds
         self._clock_window = clock_window
@@ -198,10 +202,17 @@ class GpuRunner:
         g.p2p_key, g.p2p_row = (), {}
         g.gpm_reason = gpm_support(lib, handle)
         if g.gpm_reason is None:
-            g.gpm, why = self._gpm_stream(None)
+            g.gpm, why = self._whole_gpu_stream()
             g.instance_gpm = self._instance_streams()
             if g.gpm is None:
                 g.gpm_reason = why
+
+    def _whole_gpu_stream(self) -> tuple[GpmStream | None, str]:
+        """The stream started ahead for the first discovery, its first sample already taken (so
+        the first cycle waits less of GPM's 100 ms), else a new one."""
+        first, self._first_stream = self._first_stream, None
+        stream = first() if first is not None else None
+        return (stream, "") if stream is not None else self._gpm_stream(None)
 
     def _gpm_stream(self, gi_id: int | None) -> tuple[GpmStream | None, str]:
         """A GPM stream for the whole GPU or one GPU instance; None and why when NVML refuses

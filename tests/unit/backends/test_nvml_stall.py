@@ -129,7 +129,7 @@ class Loop:
 
 
 @contextmanager
-def running(nv: FakeNvml, fields: tuple[Field, ...] = FIELDS, **kw: float
+def running(nv: FakeNvml, fields: tuple[Field, ...] = FIELDS, **kw: Any
             ) -> Iterator[tuple[NvmlBackend, Loop]]:
     wait = ReadWait(nv)
     clock = FakeClock()
