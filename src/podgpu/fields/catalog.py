@@ -8,7 +8,6 @@ are converted.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -360,6 +359,8 @@ def lookup(name: str) -> Field | None:
 
 def closest(name: str, n: int = 3) -> list[str]:
     """Known field names closest to `name`, for 'unknown field' messages."""
+    import difflib  # loaded on first use: only a bad list asks, never the start path
+
     pool = set(BY_NAME) | set(ALIASES) | set(names.ids())
     return difflib.get_close_matches(name, sorted(pool), n=n, cutoff=0.5)
 
