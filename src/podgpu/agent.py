@@ -206,9 +206,7 @@ def _log_devices(agent: Agent) -> None:
 def wire_lists(agent: Agent) -> Lists:
     """The metric list in use, the follower of its file, the HPC job mapper; the listed fields
     this node lacks are logged."""
-    from podgpu.attribution.hpcjobs import HpcJobMapper
     from podgpu.backends.driverwait import DriverWait
-    from podgpu.fields.listfollow import ListFollower
     from podgpu.fields.metriclist import describe_source
     from podgpu.reload import MetricListSwitch
 
@@ -218,9 +216,14 @@ def wire_lists(agent: Agent) -> Lists:
         log.info("%s", describe_source(followed, c.collectors))
     lists = MetricListSwitch(agent.metrics, (lambda: load_metrics(c))
                              if followed is not None or c.configmap is not None else None)
-    follower = ListFollower(followed, lists.request, poll_seconds=c.list_poll_seconds
-                            ) if followed is not None else None
-    hpc = HpcJobMapper(c.hpc_job_mapping_dir) if c.hpc_job_mapping_dir else None
+    follower: ListFollower | None = None
+    if followed is not None:  # loaded only then: the embedded list has no file to follow
+        from podgpu.fields.listfollow import ListFollower
+        follower = ListFollower(followed, lists.request, poll_seconds=c.list_poll_seconds)
+    hpc: HpcJobMapper | None = None
+    if c.hpc_job_mapping_dir:  # loaded only then: off by default
+        from podgpu.attribution.hpcjobs import HpcJobMapper
+        hpc = HpcJobMapper(c.hpc_job_mapping_dir)
 
     def report_unavailable() -> None:
         unavailable = backend.unavailable_fields()
