@@ -39,7 +39,6 @@ from podgpu.http.sockio import (
     write_plain,
 )
 from podgpu.http.states import Event, Machine, State
-from podgpu.http.tlslayer import Refused, TlsLayer
 from podgpu.http.wire import Head, answer_of, examine, failed, response_head
 
 if TYPE_CHECKING:
@@ -66,6 +65,8 @@ class Connection(asyncio.BufferedProtocol):
         self._sock: Any = None
         self._sndbuf = 0
         self._h11: h11.Connection | None = None
+        if ctx is not None:  # loaded on the first TLS connection: a plain start never needs it
+            from podgpu.http.tlslayer import TlsLayer
         self._tls = TlsLayer(ctx) if ctx is not None else None
         self._fed: bytes | None = None  # all a fresh parser was fed: one read, from IDLE
         self._out: Outgoing | None = None  # the answer being written
@@ -197,6 +198,7 @@ class Connection(asyncio.BufferedProtocol):
     # --- TLS
 
     def _tls_received(self, data: bytes) -> None:
+        from podgpu.http.tlslayer import Refused  # loaded with TlsLayer, in __init__
         tls = self._tls
         assert tls is not None
         try:
