@@ -11,7 +11,7 @@ import pytest
 
 from podgpu.http.publish import Publisher
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess, Sample, Snapshot
-from podgpu.sinks.live import PAGE_KEY, SNAPSHOT_KEY, LiveRenderer, fmt, render_json
+from podgpu.sinks.live import PAGE_KEY, SNAPSHOT_KEY, LiveRenderer, fmt, page, render_json
 from podgpu.sinks.live.page import POD_COLUMNS, pod_cells, render_page, sorted_pods
 from podgpu.sinks.live.schema import PodView
 from podgpu.sinks.live.view import ViewOptions, build_view
@@ -136,3 +136,53 @@ def test_a_failing_live_renderer_never_stops_metrics() -> None:
     pub = Publisher(lambda s, _t: b"m\n", extra=broken)
     pub.publish(snapshot(), 0.0)
     assert pub.current is not None and pub.current.body == b"m\n" and dict(pub.current.extra) == {}
+
+
+ESCAPED = ["", "plain", XSS, 'we"ird&<ns>', "c'1", "&amp;", "&&<<>>\"\"''", "</td><td>x",
+           "ü → ☃ \x00\n\t", "a" * 1000 + "<" + "'"]
+
+
+@pytest.mark.parametrize("text", ESCAPED)
+def test_page_escape_is_html_escape_with_quotes(text: str) -> None:
+    """page.py escapes without importing html (html.entities comes with it)."""
+    import html
+
+    assert page._e(text) == html.escape(text, quote=True)
+    assert page._e(3.5) == html.escape("3.5", quote=True)
+
+
+@pytest.mark.parametrize("ts", [0.0, -0.0, 1.0, 59.9999994, 59.9999995, 59.9999996, 0.0000005,
+                                0.0000015, 1_800_000_000.25, 1_799_999_999.9999995,
+                                1_799_999_999.9999996, 1_733_356_799.999999, 951_782_400.0,
+                                4_102_444_800.5, 253_402_300_799.0, 253_402_300_799.99997])
+def test_page_time_is_datetime_fromtimestamp_utc(ts: float) -> None:
+    """page.py prints a cycle's time without importing datetime, rounding as datetime does."""
+    import datetime as dt
+
+    want = dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert page._utc(ts) == want
+
+
+@pytest.mark.parametrize("ts", [-1.5, 253_402_300_800.0, float("inf"), float("nan"), 1e20])
+def test_page_time_outside_datetime_gives_datetime_answer_or_error(ts: float) -> None:
+    import datetime as dt
+
+    try:
+        want: object = dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (ValueError, OverflowError, OSError) as exc:
+        with pytest.raises(type(exc), match=re.escape(str(exc))):
+            page._utc(ts)
+    else:
+        assert page._utc(ts) == want
+
+
+def test_page_time_matches_datetime_over_many_seconds() -> None:
+    import datetime as dt
+    import random
+
+    rng = random.Random(7)
+    for _ in range(20_000):
+        ts = rng.uniform(0, 4e9) if rng.random() < 0.5 else rng.randrange(0, 4_000_000_000) + (
+            rng.choice([0.9999995, 0.9999994, 0.9999996, 0.5, 0.0000005]))
+        want = dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        assert page._utc(ts) == want, ts
