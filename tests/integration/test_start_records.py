@@ -56,3 +56,24 @@ def test_a_simulated_start_loads_no_pynvml() -> None:
     assert "podgpu.sim.backend" in modules
     assert binding.isdisjoint(modules)
     assert binding <= set(start_modules())  # imported ahead on a start that reads NVML
+
+
+LATER = {
+    "difflib": "the 'closest known' hint for an unknown field (fields/catalog.py)",
+    "hashlib": "the version of a followed file: no file is followed with the embedded list",
+    "podgpu.fields.listfollow": "the follower of a list file: the embedded list has none",
+    "podgpu.attribution.hpcjobs": "--hpc-job-mapping-dir, off by default",
+    "podgpu.http.tlslayer": "TLS, loaded by the first TLS connection",
+    "podgpu.sinks.live.schema": "the live view's TypedDicts: types only",
+    "html": "the live page escapes without it (sinks/live/page.py)",
+    "datetime": "the live page prints its time without it (sinks/live/page.py)",
+}
+
+
+def test_a_default_start_leaves_what_it_needs_later_unimported() -> None:
+    """What a default start (no TLS, no list file, no HPC jobs) only needs on a bad list, with a
+    list file, with TLS or never, is imported where it is first needed, not before the first
+    answer."""
+    modules = set(start_modules())
+    assert {"podgpu.http.server", "podgpu.sinks.live.page"} <= modules  # the start was seen whole
+    assert sorted(LATER.keys() & modules) == []
