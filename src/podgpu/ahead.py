@@ -35,19 +35,34 @@ it first."""
 
 def c_init(library: str = LIBRARY) -> Callable[[], object] | None:
     """NVML's init through its C library, before pynvml is imported (ctypes releases the GIL
-    while it waits): the matching shutdown to call once, or None when the library does not load
-    or the init fails (pynvml's init then runs, and the backend's open says what is wrong).
-    NVML counts its inits, so pynvml's own init later finds NVML up and takes no time."""
+    while it waits), then each GPU's handle asked for on a daemon thread of its own
+    ("podgpu-attach-N"): the first ask costs 7-9 ms in the driver, a later one (the warm-up's,
+    through pynvml) nothing, and a GPU that hangs there holds only its own thread. Returns the
+    init's shutdown, to call once; None when the library does not load or the init fails
+    (pynvml's init then runs, and the backend's open says what is wrong). NVML counts its
+    inits, so pynvml's own init later finds NVML up and takes no time."""
     import ctypes  # not at module level: a simulated start loads no ctypes
 
     try:
         nvml = ctypes.CDLL(library)
         init, shutdown = nvml.nvmlInit_v2, nvml.nvmlShutdown
+        count, handle = nvml.nvmlDeviceGetCount_v2, nvml.nvmlDeviceGetHandleByIndex_v2
     except (OSError, AttributeError):
         return None
     if init() != 0:
         return None
+    gpus = ctypes.c_uint(0)
+    if count(ctypes.byref(gpus)) == 0:
+        for index in range(gpus.value):
+            threading.Thread(target=_attach, args=(handle, index), daemon=True,
+                             name=f"podgpu-attach-{index}").start()
     return shutdown
+
+
+def _attach(handle: Callable[[Any, Any], int], index: int) -> None:
+    import ctypes  # loaded by c_init
+
+    handle(ctypes.c_uint(index), ctypes.byref(ctypes.c_void_p()))  # the handle itself is unused
 
 
 SIMULATE_FLAG = "simulate"

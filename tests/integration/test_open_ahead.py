@@ -87,7 +87,8 @@ def test_the_open_waits_for_no_agent_catalog_or_listener(tmp_path: Path) -> None
                env={"PYTHONPATH": path, "PODGPU_TEST_NVML_MODULES_TO": str(record)}):
         before_init = set(record.read_text().split())
     assert "podgpu.ahead" in before_init
-    later = {"podgpu.logs", "podgpu.parts", "podgpu.settings", "podgpu.config",
+    later = {"logging", "concurrent.futures", "podgpu.model", "podgpu.backends.base",
+             "podgpu.logs", "podgpu.parts", "podgpu.settings", "podgpu.config",
              "podgpu.options", "podgpu.agent", "podgpu.backends.nvml",
              "podgpu.fields.catalog", "podgpu.fields.metriclist",
              "podgpu.backends.nvml_plan", "podgpu.backends.nvml_read", "podgpu.sinks.prometheus",

@@ -18,13 +18,18 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 
-Wait = Callable[[Mapping[Any, Future[Any]], float], None]
+Job = tuple[Callable[[], Any], "Future[Any] | None"]
+"""A queued job and the future it answers (None: posted, nobody waits)."""
+
+Wait = Callable[[Mapping[Any, "Future[Any]"], float], None]
 """How `Workers.run` waits for one run's futures (key -> future): it returns once every one is
 done or the seconds have passed, whichever comes first. Production waits on the real clock
 (`wait_all`); tests pass one that returns as soon as every worker has answered or is parked in
@@ -49,8 +54,7 @@ class Workers:
     def __init__(self, name: str = "podgpu-nvml", *, wait: Wait = wait_all) -> None:
         self._name = name
         self._wait = wait
-        self._queues: dict[Hashable, queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]
-                                                       | None]] = {}
+        self._queues: dict[Hashable, queue.SimpleQueue[Job | None]] = {}
         self._busy: dict[Hashable, tuple[Future[Any], float]] = {}
 
     def stuck(self, key: Hashable) -> float | None:
@@ -74,6 +78,8 @@ class Workers:
     def submit(self, jobs: Iterable[tuple[K, Callable[[], T]]]) -> dict[K, Future[T]]:
         """Queue every job on its key's worker (behind what the worker has queued already) and
         return at once."""
+        from concurrent.futures import Future  # not for `post`: see there
+
         futures: dict[K, Future[T]] = {}
         start = time.monotonic()
         for key, fn in jobs:
@@ -83,14 +89,20 @@ class Workers:
             futures[key] = fut
         return futures
 
+    def post(self, key: Hashable, fn: Callable[[], object]) -> None:
+        """Queue `fn` on the key's worker with no future: nobody waits for it and what it
+        raises is dropped (it handles its own errors). The open ahead of the flags warms each
+        GPU up this way (backends/nvml_ahead.py) before `concurrent.futures`, and the `logging`
+        it loads, are imported."""
+        self._queue(key).put((fn, None))
+
     def close(self) -> None:
         """Ask every worker to stop; a stuck one ends with the process (it is a daemon)."""
         for q in self._queues.values():
             q.put(None)
         self._queues.clear()
 
-    def _queue(self, key: Hashable) -> queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]
-                                                         | None]:
+    def _queue(self, key: Hashable) -> queue.SimpleQueue[Job | None]:
         q = self._queues.get(key)
         if q is None:
             q = queue.SimpleQueue()
@@ -100,9 +112,13 @@ class Workers:
         return q
 
 
-def _work(q: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None]) -> None:
+def _work(q: queue.SimpleQueue[Job | None]) -> None:
     while (item := q.get()) is not None:
         fn, fut = item
+        if fut is None:  # posted: nobody waits for it
+            with contextlib.suppress(Exception):
+                fn()
+            continue
         if not fut.set_running_or_notify_cancel():
             continue
         try:

@@ -48,7 +48,8 @@ class Warmup:
         except lib.error:
             return  # the backend's open says why
         workers = Workers(wait=self._wait)
-        workers.submit((i, partial(self._first_sample, lib, i)) for i in range(count))
+        for i in range(count):
+            workers.post(i, partial(self._first_sample, lib, i))
         self._workers = workers
 
     def _first_sample(self, lib: Lib, index: int) -> None:

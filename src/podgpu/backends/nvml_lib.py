@@ -13,14 +13,15 @@ Decision record: docs/decisions/0001-nvml-not-dcgm.md.
 from __future__ import annotations
 
 import importlib
-import logging
 import threading
 from types import ModuleType
 from typing import Any
 
 from podgpu.errors import BackendError
 
-log = logging.getLogger("podgpu.backends.nvml")
+LOGGER = "podgpu.backends.nvml"
+"""The NVML modules' logger: looked up when first used, so that loading this module for the open
+ahead of the flags (podgpu/ahead.py) does not load `logging` on the way to the GPUs."""
 
 SUCCESS = 0
 UNINITIALIZED = 1
@@ -117,7 +118,9 @@ class Lib:
             if key in self._logged:
                 return
             self._logged.add(key)
-        log.info("%s: %s unavailable: %s", who, what, reason)
+        import logging  # loaded long before: see LOGGER
+
+        logging.getLogger(LOGGER).info("%s: %s unavailable: %s", who, what, reason)
 
 
 def text(value: Any) -> str:

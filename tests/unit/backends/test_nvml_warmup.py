@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+from podgpu.backends.deadline import Workers
 from podgpu.backends.nvml import NvmlBackend
 from podgpu.backends.nvml_ahead import Warmup
 from podgpu.fields.catalog import BY_NAME
@@ -120,3 +121,24 @@ def test_nothing_starts_while_nvml_is_down() -> None:
     warmup.start(nv)
     assert warmup.workers() is None
     assert nv.calls["nvmlDeviceGetHandleByIndex"] == 0
+
+
+def test_a_posted_job_runs_on_its_keys_worker_before_what_is_queued_after_it() -> None:
+    workers = Workers()
+    ran: list[tuple[str, str]] = []
+
+    def job(what: str, error: bool = False) -> str:
+        ran.append((what, threading.current_thread().name))
+        if error:
+            raise RuntimeError("the warm-up's own problem")
+        return what
+
+    workers.post(3, lambda: job("posted, raises", error=True))
+    workers.post(3, lambda: job("posted"))
+    try:
+        futures = workers.run([(3, lambda: job("waited for"))], 30)
+        assert futures[3].result() == "waited for"
+    finally:
+        workers.close()
+    assert ran == [("posted, raises", "podgpu-nvml-3"), ("posted", "podgpu-nvml-3"),
+                   ("waited for", "podgpu-nvml-3")]  # the error was dropped, the worker lives
