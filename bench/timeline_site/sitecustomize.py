@@ -79,6 +79,15 @@ def wrap_warmup(module: ModuleType) -> None:
     module.Warmup.start = traced("the GPUs' warm-up start", module.Warmup.start, always=True)
 
 
+def wrap_collect(module: ModuleType) -> None:
+    """The first cycle runs on the loop's thread beside the listener's imports (an older tree
+    runs it in `start_collecting`): its start and end, and the main thread's wait for it."""
+    cls = module.CollectLoop
+    cls.run_once = traced("a cycle", cls.run_once, always=True)
+    if hasattr(cls, "wait_first"):
+        cls.wait_first = traced("the wait for the first cycle", cls.wait_first, always=True)
+
+
 def wrap_agent(module: ModuleType) -> None:
     for name in STEPS:  # an older tree may lack a step
         if hasattr(module, name):
@@ -87,7 +96,8 @@ def wrap_agent(module: ModuleType) -> None:
 
 AFTER_LOAD: dict[str, Callable[[ModuleType], None]] = {
     "pynvml": wrap_pynvml, "podgpu.ahead": wrap_ahead, "podgpu.parts": wrap_ahead,
-    "podgpu.backends.nvml_ahead": wrap_warmup, "podgpu.agent": wrap_agent}
+    "podgpu.backends.nvml_ahead": wrap_warmup, "podgpu.collect": wrap_collect,
+    "podgpu.agent": wrap_agent}
 
 
 def wrapping(exec_module: Callable[[ModuleType], None], wrap: Callable[[ModuleType], None]

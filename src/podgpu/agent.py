@@ -123,7 +123,7 @@ def run(agent: Agent, *, ready: Callable[[Agent], None] | None = None,
         open_backend: Callable[[Backend], None] = _open_now) -> int:
     """Open, collect once, serve until stopped; 1 when the collect loop died, else 0.
     `ready(agent)` runs once the port is bound (`agent.addresses`), on the serving thread;
-    `open_backend` opens the backend: its `open` now, or parts.OpenAhead.wait (serve.py)."""
+    `open_backend` opens the backend: its `open` now, or ahead.OpenAhead.wait (serve.py)."""
     backend, attributor = agent.backend, agent.attributor
     open_backend(backend)
     if attributor is not None:
@@ -145,13 +145,13 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     2. `wire_publish` -> Publishing: the accountant, the listener's counters and the publisher
        that renders each snapshot; nothing runs yet.
     3. `wire_collect` -> CollectLoop: the collector and its loop, not started.
-    4. `wire_http` -> App: /health's parts and the routes, imported while GPM's first 0.1 s
-       passes (serve.py), not after the first cycle.
-    5. `start_collecting` -> Started: the EMF sink starts before the loop so the first cycle's
-       snapshot is offered to it; one cycle runs before the port accepts, so the first /metrics
-       is valid; then the loop's thread; the follower last, after the first cycle, so a list
-       edit is only ever applied between two cycles.
-    6. `listen_until_stopped`: listen until SIGTERM/SIGINT or `agent.stop`; then stop the
+    4. `start_collecting` -> Started: the EMF sink starts before the loop so the first cycle's
+       snapshot is offered to it; then the loop's thread, its first cycle at once.
+    5. `wire_http` -> App: /health's parts and the routes, imported while the first cycle waits
+       in the driver (serve.py).
+    6. `listen_until_stopped`: the first cycle published, so the first /metrics is valid as
+       soon as the port accepts; the follower started after it, so a list edit is only ever
+       applied between two cycles; listen until SIGTERM/SIGINT or `agent.stop`; then stop the
        follower, the loop, and the EMF sink last (its final send holds the last cycle). A port
        that cannot be bound aborts the sink instead: a start that fails sends nothing.
     """
@@ -159,8 +159,8 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
     lists = wire_lists(agent)
     publishing = wire_publish(agent, lists)
     loop = wire_collect(agent, lists, publishing)
-    app = wire_http(agent, lists, publishing)
     started = start_collecting(agent, lists, loop)
+    app = wire_http(agent, lists, publishing)
     return listen_until_stopped(agent, started, app, publishing.stats, ready)
 
 
@@ -316,14 +316,10 @@ def wire_collect(agent: Agent, lists: Lists, publishing: Publishing) -> CollectL
 
 
 def start_collecting(agent: Agent, lists: Lists, loop: CollectLoop) -> Started:
-    """EMF sink, first cycle, the loop's thread, the list follower: in that order (see
-    `_serve`)."""
+    """The EMF sink, then the loop's thread with its first cycle at once (see `_serve`)."""
     if agent.emf is not None:
         agent.emf.start()
-    loop.run_once()  # the first /metrics is valid as soon as the port accepts
-    loop.start()
-    if lists.follower is not None:
-        lists.follower.start()  # a list edit is loaded on its thread, applied between two cycles
+    loop.start(first_now=True)
     return Started(loop, lists.follower, lists.switch.request)
 
 
@@ -370,11 +366,15 @@ def wire_http(agent: Agent, lists: Lists, publishing: Publishing) -> App:
 
 def listen_until_stopped(agent: Agent, started: Started, app: App, stats: HttpStats,
                          ready: Callable[[Agent], None] | None) -> int:
-    """Listen until stopped, then stop the follower, the loop and the EMF sink, in that order;
-    1 when the collect loop died, else 0."""
+    """The first cycle published and the follower started (see `_serve`); listen until
+    stopped, then stop the follower, the loop and the EMF sink, in that order; 1 when the
+    collect loop died, else 0."""
     from podgpu.http.server import run_listener
 
     emf = agent.emf
+    started.loop.wait_first()  # raises what the first cycle raised: the start fails
+    if started.follower is not None:
+        started.follower.start()  # a list edit is loaded on its thread, applied between cycles
 
     def listening(addresses: list[tuple[str, int]], guard: ConnectionGuard) -> None:
         stats.guard = guard

@@ -124,20 +124,41 @@ class CollectLoop:
         self.died: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="podgpu-collect", daemon=True)
+        self._first_now = False
+        self._first_done = threading.Event()
+        self._first_error: BaseException | None = None
 
     def run_once(self) -> Snapshot:
-        """One cycle on the caller's thread (used for the first snapshot before serving)."""
+        """One cycle on the caller's thread."""
         t0 = time.perf_counter()
         snap = self._collector.cycle()
         self._publish(snap, time.perf_counter() - t0)
         return snap
 
-    def start(self) -> None:
+    def start(self, *, first_now: bool = False) -> None:
+        """The loop's thread: its first cycle one interval from now, or with `first_now` at
+        once, published before the grid's ticks begin (`wait_first` waits for it)."""
+        self._first_now = first_now
         self._thread.start()
+
+    def wait_first(self) -> None:
+        """The first cycle of `start(first_now=True)` published; what it raised is raised
+        here (and the loop has stopped)."""
+        self._first_done.wait()
+        if self._first_error is not None:
+            raise self._first_error
 
     def _run(self) -> None:
         """A loop that dies (anything escaping the per-cycle guard, e.g. a timer that
         overflows) must not leave the server answering the last snapshot forever."""
+        if self._first_now:
+            try:
+                self.run_once()
+            except BaseException as exc:  # the caller's to raise: the start fails
+                self._first_error = exc
+                return
+            finally:
+                self._first_done.set()
         try:
             self._ticks()
         except BaseException as exc:

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
+
+import pytest
 
 from podgpu.attribution.base import Attribution
 from podgpu.backends.base import Reading
-from podgpu.collect import Collector
+from podgpu.collect import CollectLoop, Collector
 from podgpu.fields import load_default
 from podgpu.fields.catalog import Field
 from podgpu.model import Allocation, ContainerRef, Device, GpuProcess
@@ -89,3 +92,41 @@ def test_a_raising_attributor_does_not_stop_collection() -> None:
     assert len(s.samples) == 1 and s.allocations == ()
     assert s.attribution_status.unavailable
     assert dict(s.errors_total)["attribution"] == 1
+
+
+class _Cycles:
+    """A collector whose cycles log the thread they ran on; `error` makes them raise it."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.threads: list[str] = []
+        self.error = error
+
+    def cycle(self) -> str:
+        self.threads.append(threading.current_thread().name)
+        if self.error is not None:
+            raise self.error
+        return f"snapshot {len(self.threads)}"
+
+
+def test_the_first_cycle_runs_at_once_on_the_loops_thread_and_is_waited_for() -> None:
+    cycles = _Cycles()
+    published: list[object] = []
+    loop = CollectLoop(cycles, 3600, lambda snap, _s: published.append(snap))  # type: ignore[arg-type]
+    loop.start(first_now=True)
+    loop.wait_first()
+    try:
+        assert published == ["snapshot 1"]  # published before the wait returns
+        assert cycles.threads == ["podgpu-collect"]  # not the caller's: it imports meanwhile
+    finally:
+        loop.stop()
+    assert published == ["snapshot 1"]  # the next tick was an interval away
+
+
+def test_a_first_cycle_that_raises_fails_the_start_and_ends_the_loop() -> None:
+    cycles = _Cycles(error=RuntimeError("the metric list names a field the backend lacks"))
+    loop = CollectLoop(cycles, 0.001, lambda snap, _s: None)  # type: ignore[arg-type]
+    loop.start(first_now=True)
+    with pytest.raises(RuntimeError, match="lacks"):
+        loop.wait_first()
+    loop.stop()
+    assert cycles.threads == ["podgpu-collect"]  # no tick ran after it
