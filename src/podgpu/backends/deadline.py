@@ -115,8 +115,8 @@ class Workers:
 def _work(q: queue.SimpleQueue[Job | None]) -> None:
     while (item := q.get()) is not None:
         fn, fut = item
-        if fut is None:  # posted: nobody waits for it
-            with contextlib.suppress(Exception):
+        if fut is None:  # posted: nobody waits for it, and the worker must live on for the rest
+            with contextlib.suppress(BaseException):
                 fn()
             continue
         if not fut.set_running_or_notify_cancel():
