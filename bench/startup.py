@@ -11,8 +11,9 @@
 
 Each exporter is started `--rounds` times, alternating, one at a time. Per start: seconds from
 spawn to the first valid /metrics (HTTP 200 with a GPU series; polled every 5 ms on a fresh
-connection), then from 5 s after spawn 300 back-to-back scrapes on one keep-alive connection
-with `Accept-Encoding: gzip` (as Prometheus asks), then RSS (VmRSS) 12 s after spawn, then
+connection), then from 5 s after spawn `--scrapes` (300) back-to-back scrapes on one keep-alive connection
+with `Accept-Encoding: gzip` (as Prometheus asks), then RSS (VmRSS) 12 s after spawn (or when the
+scrapes end, if later: nvitop-exporter takes ~3 ms a scrape), then
 SIGTERM. `--modules` runs the exporters under `-X importtime` and adds the number of modules
 each had imported by then (that costs start-up time: leave it off for the timings).
 `--breakdown` adds one podgpu start under `-X importtime` with JSON logs, split at its own log
@@ -46,6 +47,8 @@ FAKE_NVML = False
 """--fake-nvml: podgpu's NVML backend over bench/slow_nvml/pynvml.py."""
 PODGPU_ARGS: list[str] = []
 """--podgpu-args, split."""
+SCRAPES = 300
+"""--scrapes: per start, for the latency figures."""
 SERIES = {"podgpu": b"DCGM_FI_DEV_GPU_UTIL{", "nvitop": b"gpu_utilization_Percentage"}
 
 
@@ -122,7 +125,7 @@ def one_start(kind: str, src: Path | None, simulate: bool, modules: bool) -> dic
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             lat = []
             size = 0
-            for _ in range(300):
+            for _ in range(SCRAPES):
                 t = time.perf_counter()
                 size = len(scrape(conn))
                 lat.append((time.perf_counter() - t) * 1000)
@@ -200,13 +203,16 @@ def main() -> int:
     ap.add_argument("--breakdown", action="store_true", help="one more podgpu start, split")
     ap.add_argument("--fake-nvml", action="store_true",
                     help="no GPU: podgpu over bench/slow_nvml's fake NVML, no nvitop")
+    ap.add_argument("--scrapes", type=int, default=300,
+                    help="scrapes per start for p50/p99 (more: a steadier latency figure)")
     ap.add_argument("--podgpu-args", default="",
                     help="more arguments for every podgpu start (one string, split as a shell "
                          "would), e.g. \"-f list.csv\"")
     a = ap.parse_args()
-    global FAKE_NVML, PODGPU_ARGS
+    global FAKE_NVML, PODGPU_ARGS, SCRAPES
     FAKE_NVML = a.fake_nvml
     PODGPU_ARGS = shlex.split(a.podgpu_args)
+    SCRAPES = a.scrapes
     kinds: list[tuple[str, Path | None]] = [("podgpu", a.src.resolve())]
     if a.before_src:
         kinds.append(("podgpu-before", a.before_src.resolve()))
