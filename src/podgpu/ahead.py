@@ -2,11 +2,11 @@
 flags (serve.py says why).
 
 The thread, in order:
-1. inits NVML through its C library (backends/nvml_ahead.py `c_init`), while the main thread
-   imports pynvml;
+1. inits NVML through its C library and asks for each GPU's handle (`c_init`), while the main
+   thread imports pynvml;
 2. once pynvml is handed over (`give`), inits it too (quick: NVML is up and counts its inits)
-   and starts each GPU's first GPM sample on that GPU's worker (`Warmup`), while the main
-   thread parses the flags;
+   and starts each GPU's first GPM sample on that GPU's worker (backends/nvml_ahead.py
+   `Warmup`), while the main thread parses the flags;
 3. once the backend the flags make is handed over (`begin`), opens it; the backend adopts the
    workers and the samples;
 4. frees what no discovery took and shuts its own inits down, so NVML ends initialised exactly
