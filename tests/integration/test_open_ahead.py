@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -94,3 +95,30 @@ def test_the_open_waits_for_no_agent_catalog_or_listener(tmp_path: Path) -> None
              "podgpu.backends.nvml_plan", "podgpu.backends.nvml_read", "podgpu.sinks.prometheus",
              "podgpu.http.server", "asyncio", "h11", "socket"}
     assert sorted(later & before_init) == []
+
+
+SWITCHES = textwrap.dedent("""
+    import sys
+    import podgpu.agent
+    from podgpu import serve
+    seen = []
+    def run(agent, *, open_backend, ready):  # the agent's run, as far as the start goes
+        seen.append(sys.getswitchinterval())
+        ready(agent)  # the port is bound
+        seen.append(sys.getswitchinterval())
+        return 0
+    podgpu.agent.run = run
+    sys.setswitchinterval(0.004)  # not the default: what was set is what comes back
+    code = serve.main(["--simulate", "1", "-a", "127.0.0.1:0"])
+    print(code, *seen, sys.getswitchinterval())
+""")
+
+
+def test_the_start_switches_threads_fast_until_the_port_is_bound() -> None:
+    """serve.py's START_SWITCH_SECONDS while the start overlaps driver waits with imports; the
+    interval set before comes back once the port is bound (a scrape under load then sees the
+    interpreter as it was). A process of its own: `serve.main` configures the process's logs."""
+    done = subprocess.run([sys.executable, "-c", SWITCHES], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "0.0005", "0.004", "0.004"]
