@@ -25,14 +25,16 @@ from podgpu.settings import ServeSettings, SimulationSettings
 
 class Nvml:
     """A pynvml whose init blocks until `release` and counts like NVML: each init needs a
-    shutdown; `init_error` makes the init fail."""
+    shutdown; `init_error` makes the init fail; `log` (if given) is told of each."""
 
-    def __init__(self, init_error: Exception | None = None) -> None:
+    def __init__(self, init_error: Exception | None = None, log: list[str] | None = None
+                 ) -> None:
         self.release = threading.Event()
         self.init_error = init_error
         self.inits = 0
         self.shutdowns = 0
         self.init_on: str | None = None
+        self.log = [] if log is None else log
 
     def nvmlInit(self) -> None:
         self.release.wait(30)
@@ -40,9 +42,11 @@ class Nvml:
         if self.init_error is not None:
             raise self.init_error
         self.inits += 1
+        self.log.append("pynvml init")
 
     def nvmlShutdown(self) -> None:
         self.shutdowns += 1
+        self.log.append("pynvml shutdown")
 
 
 class Gate:
@@ -51,17 +55,20 @@ class Gate:
 
     name = "gate"
 
-    def __init__(self, nvml: Nvml | None = None, error: Exception | None = None) -> None:
+    def __init__(self, nvml: Nvml | None = None, error: Exception | None = None,
+                 log: list[str] | None = None) -> None:
         self.nvml = nvml
         self.error = error
         self.released = threading.Event()
         self.opened_on: str | None = None
         self.inits_seen_at_open: int | None = None
         self.closed = 0
+        self.log = [] if log is None else log
 
     def open(self) -> None:
         self.released.wait(30)
         self.opened_on = threading.current_thread().name
+        self.log.append("open")
         if self.nvml is not None:
             self.inits_seen_at_open = self.nvml.inits
             self.nvml.nvmlInit()
@@ -194,21 +201,6 @@ class CInit:
         return (lambda: self.log.append("c shutdown")) if self.there else None
 
 
-class LoggedNvml(Nvml):
-    def __init__(self, log: list[str]) -> None:
-        super().__init__()
-        self.log = log
-        self.release.set()
-
-    def nvmlInit(self) -> None:
-        super().nvmlInit()
-        self.log.append("pynvml init")
-
-    def nvmlShutdown(self) -> None:
-        super().nvmlShutdown()
-        self.log.append("pynvml shutdown")
-
-
 class LoggedWarmup(Warmup):
     def __init__(self, log: list[str]) -> None:
         super().__init__()
@@ -221,25 +213,17 @@ class LoggedWarmup(Warmup):
         self.log.append("warm-up released")
 
 
-class LoggedGate(Gate):
-    def __init__(self, log: list[str]) -> None:
-        super().__init__()
-        self.log = log
-        self.released.set()
-
-    def open(self) -> None:
-        super().open()
-        self.log.append("open")
-
-
 def test_the_c_init_runs_before_pynvml_is_given_and_is_shut_down_last() -> None:
     log: list[str] = []
     init = CInit(log)
     ahead = OpenAhead(ahead=True, c_init=init, warmup=LoggedWarmup(log))
     log.append("pynvml imported")  # the main thread's import, while the C init waits
     init.release.set()
-    ahead.give(LoggedNvml(log))
-    gate = LoggedGate(log)
+    nvml = Nvml(log=log)
+    nvml.release.set()
+    ahead.give(nvml)
+    gate = Gate(log=log)
+    gate.released.set()
     ahead.hand(gate)
     ahead.wait(gate)
     assert log == ["pynvml imported", "c init on podgpu-open", "pynvml init",
@@ -252,7 +236,9 @@ def test_without_the_c_library_pynvml_inits_and_the_warm_up_still_starts() -> No
     init = CInit(log, there=False)
     init.release.set()
     ahead = OpenAhead(ahead=True, c_init=init, warmup=LoggedWarmup(log))
-    ahead.give(LoggedNvml(log))
+    nvml = Nvml(log=log)
+    nvml.release.set()
+    ahead.give(nvml)
     ahead.hand(None)  # --simulate from the environment: nothing to open
     ahead.abandon()
     assert log == ["c init on podgpu-open", "pynvml init", "warm-up starts on podgpu-open",
