@@ -39,6 +39,7 @@ from podgpu.http.sockio import (
     write_plain,
 )
 from podgpu.http.states import Event, Machine, State
+from podgpu.http.tlsgate import Refused
 from podgpu.http.wire import Head, answer_of, examine, failed, response_head
 
 if TYPE_CHECKING:
@@ -198,7 +199,6 @@ class Connection(asyncio.BufferedProtocol):
     # --- TLS
 
     def _tls_received(self, data: bytes) -> None:
-        from podgpu.http.tlslayer import Refused  # loaded with TlsLayer, in __init__
         tls = self._tls
         assert tls is not None
         try:
