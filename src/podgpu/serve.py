@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from podgpu.agent import Agent
+    from podgpu.ahead import OpenAhead
+
 START_SWITCH_SECONDS = 0.0005
 """The interpreter's thread switch interval until the port is bound (Python's default is 5 ms).
 The start overlaps waits in the driver on other threads (NVML's init, each GPU's first GPM
@@ -45,7 +48,19 @@ def main(argv: Sequence[str]) -> int:
     from podgpu.ahead import OpenAhead
 
     restore = switching_fast()
-    ahead = OpenAhead.early(argv)
+    try:
+        ahead = OpenAhead.early(argv)
+        agent = _build(argv, ahead)
+        from podgpu.agent import run
+
+        return run(agent, open_backend=ahead.wait, ready=restore)  # back once the port is bound
+    finally:
+        restore(None)  # and whichever way the start ends
+
+
+def _build(argv: Sequence[str], ahead: OpenAhead) -> Agent:
+    """The flags parsed and the agent built while the open runs ahead; on bad input (exit 2)
+    what the open opened is closed."""
     try:
         from podgpu import logs
         from podgpu.config import OPTIONS, serve_parser, settings_from
@@ -54,17 +69,12 @@ def main(argv: Sequence[str]) -> int:
         settings = settings_from(serve_parser().parse_args(go_flags(list(argv), OPTIONS)))
         logs.configure(debug=settings.log.debug, fmt=settings.log.format)  # the process's
         ahead.begin(settings)
-        from podgpu.agent import build_agent, run
+        from podgpu.agent import build_agent  # after the hand-over: its imports overlap the open
 
-        agent = build_agent(settings, backend=ahead.backend)
+        return build_agent(settings, backend=ahead.backend)
     except BaseException:
         ahead.abandon()
-        restore(None)
         raise
-    try:
-        return run(agent, open_backend=ahead.wait, ready=restore)  # back once the port is bound
-    finally:
-        restore(None)
 
 
 __all__ = ["main"]
