@@ -29,7 +29,7 @@ from podgpu.backends.derived import DCGM_EXPORTER_INTERVAL
 from podgpu.backends.lost import HUNG_CODE, lost_sample, with_instances
 from podgpu.backends.nvml_events import EventWatcher
 from podgpu.backends.nvml_gpu import CycleJob, GpuResult, GpuRunner, GpuView
-from podgpu.backends.nvml_lib import Lib, text
+from podgpu.backends.nvml_lib import LOGGER, Lib, text
 from podgpu.errors import BackendError
 from podgpu.model import Device, GpuProcess, Sample
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from podgpu.backends.nvml_plan import Plan
     from podgpu.fields.catalog import Field
 
-log = logging.getLogger("podgpu.backends.nvml")
+log = logging.getLogger(LOGGER)
 
 _SYSTEM_INFO = {"nvmlSystemGetDriverVersion": "driver_version",
                 "nvmlSystemGetNVMLVersion": "nvml_version"}

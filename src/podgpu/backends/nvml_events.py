@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
-from podgpu.backends.nvml_lib import Lib
+from podgpu.backends.nvml_lib import LOGGER, Lib
 
-log = logging.getLogger("podgpu.backends.nvml")
+log = logging.getLogger(LOGGER)
 
 WAIT_MS = 1000
 """Longest one wait blocks; bounds how long close() waits for the thread."""

@@ -20,7 +20,7 @@ from podgpu.backends import derived
 from podgpu.backends.derived import ClockEventCounter
 from podgpu.backends.nvml_events import EventWatcher
 from podgpu.backends.nvml_gpm import GpmStream, gpm_support
-from podgpu.backends.nvml_lib import GPU_IS_LOST, Lib, text
+from podgpu.backends.nvml_lib import GPU_IS_LOST, LOGGER, Lib, text
 from podgpu.backends.nvml_mig import enumerate_instances
 from podgpu.backends.nvml_state import GpuState
 from podgpu.model import Device, GpuProcess, Sample
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from podgpu.backends.nvml_plan import Plan
     from podgpu.fields.catalog import Field
 
-log = logging.getLogger("podgpu.backends.nvml")
+log = logging.getLogger(LOGGER)
 
 
 Peer = tuple[int, str, Any]

@@ -20,8 +20,8 @@ from typing import Any
 from podgpu.errors import BackendError
 
 LOGGER = "podgpu.backends.nvml"
-"""The NVML modules' logger: looked up when first used, so that loading this module for the open
-ahead of the flags (podgpu/ahead.py) does not load `logging` on the way to the GPUs."""
+"""The NVML modules' logger. This module looks it up when it first logs, so that loading it for
+the open ahead of the flags (podgpu/ahead.py) does not load `logging` on the way to the GPUs."""
 
 SUCCESS = 0
 UNINITIALIZED = 1
