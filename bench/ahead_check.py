@@ -24,7 +24,8 @@ T0 = time.perf_counter()
 
 
 def main() -> int:
-    from podgpu.ahead import OpenAhead, c_init
+    from podgpu.ahead import OpenAhead
+    from podgpu.backends.nvml_c import c_init
 
     ok = True
     shutdown = c_init()

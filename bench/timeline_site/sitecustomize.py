@@ -71,8 +71,10 @@ def wrap_ahead(module: ModuleType) -> None:
     cls.begin = traced("the flags parsed, the backend handed over", cls.begin, always=True)
     cls.wait = traced("the wait for the open", cls.wait, always=True)
     cls._run = traced("the open's thread", cls._run, always=True)  # its own method: a probe's wrap
-    if hasattr(module, "c_init"):
-        module.c_init = traced("NVML's C init", module.c_init, always=True)  # type: ignore[attr-defined]
+
+
+def wrap_c_init(module: ModuleType) -> None:
+    module.c_init = traced("NVML's C init", module.c_init, always=True)  # type: ignore[attr-defined]
 
 
 def wrap_warmup(module: ModuleType) -> None:
@@ -96,6 +98,7 @@ def wrap_agent(module: ModuleType) -> None:
 
 AFTER_LOAD: dict[str, Callable[[ModuleType], None]] = {
     "pynvml": wrap_pynvml, "podgpu.ahead": wrap_ahead, "podgpu.parts": wrap_ahead,
+    "podgpu.backends.nvml_c": wrap_c_init,
     "podgpu.backends.nvml_ahead": wrap_warmup, "podgpu.collect": wrap_collect,
     "podgpu.agent": wrap_agent}
 

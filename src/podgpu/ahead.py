@@ -2,8 +2,8 @@
 flags (serve.py says why).
 
 The thread, in order:
-1. inits NVML through its C library and asks for each GPU's handle (`c_init`), while the main
-   thread imports pynvml;
+1. inits NVML through its C library and asks for each GPU's handle (backends/nvml_c.py), while
+   the main thread imports pynvml;
 2. once pynvml is handed over (`give`), inits it too (quick: NVML is up and counts its inits)
    and starts each GPU's first GPM sample on that GPU's worker (backends/nvml_ahead.py
    `Warmup`), while the main thread parses the flags;
@@ -27,43 +27,6 @@ if TYPE_CHECKING:
     from podgpu.backends.base import Backend
     from podgpu.backends.nvml_ahead import Warmup
     from podgpu.settings import ServeSettings
-
-LIBRARY = "libnvidia-ml.so.1"
-"""NVML's library by the name pynvml loads it on Linux: loaded once per process, whoever loads
-it first."""
-
-
-def c_init(library: str = LIBRARY) -> Callable[[], object] | None:
-    """NVML's init through its C library, before pynvml is imported (ctypes releases the GIL
-    while it waits), then each GPU's handle asked for on a daemon thread of its own
-    ("podgpu-attach-N"): the first ask costs 7-9 ms in the driver, a later one (the warm-up's,
-    through pynvml) nothing, and a GPU that hangs there holds only its own thread. Returns the
-    init's shutdown, to call once; None when the library does not load or the init fails
-    (pynvml's init then runs, and the backend's open says what is wrong). NVML counts its
-    inits, so pynvml's own init later finds NVML up and takes no time."""
-    import ctypes  # not at module level: a simulated start loads no ctypes
-
-    try:
-        nvml = ctypes.CDLL(library)
-        init, shutdown = nvml.nvmlInit_v2, nvml.nvmlShutdown
-        count, handle = nvml.nvmlDeviceGetCount_v2, nvml.nvmlDeviceGetHandleByIndex_v2
-    except (OSError, AttributeError):
-        return None
-    if init() != 0:
-        return None
-    gpus = ctypes.c_uint(0)
-    if count(ctypes.byref(gpus)) == 0:
-        for index in range(gpus.value):
-            threading.Thread(target=_attach, args=(handle, index), daemon=True,
-                             name=f"podgpu-attach-{index}").start()
-    return shutdown
-
-
-def _attach(handle: Callable[[Any, Any], int], index: int) -> None:
-    import ctypes  # loaded by c_init
-
-    handle(ctypes.c_uint(index), ctypes.byref(ctypes.c_void_p()))  # the handle itself is unused
-
 
 SIMULATE_FLAG = "simulate"
 """--simulate without its dashes, as config/serve.py's table has it (a test keeps the two equal):
@@ -120,6 +83,8 @@ class OpenAhead:
         then)."""
         if asks_simulation(argv):
             return cls()
+        from podgpu.backends.nvml_c import c_init  # ctypes only: the thread starts at once
+
         ahead = cls(ahead=True, c_init=c_init)
         try:
             from podgpu.backends.nvml_ahead import Warmup

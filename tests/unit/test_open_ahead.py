@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from podgpu.ahead import SIMULATE_FLAG, OpenAhead, asks_simulation, c_init
+from podgpu.ahead import SIMULATE_FLAG, OpenAhead, asks_simulation
 from podgpu.backends.base import Reading
 from podgpu.backends.nvml_ahead import Warmup
+from podgpu.backends.nvml_c import c_init
 from podgpu.config import SERVE_OPTIONS
 from podgpu.errors import BackendError
 from podgpu.fields.catalog import Field
