@@ -9,12 +9,14 @@
     # (bench/slow_nvml/pynvml.py; GPM supported, so the first cycle waits for GPM's 0.1 s):
     .venv/bin/python -m bench.startup --out /tmp/startup.json --fake-nvml --rounds 3
 
-Each exporter is started `--rounds` times, alternating, one at a time. Per start: seconds from
+Each exporter is started `--rounds` times, alternating (each round begins with the next one), one at a
+time. Per start: seconds from
 spawn to the first valid /metrics (HTTP 200 with a GPU series; polled every 5 ms on a fresh
 connection), then from 5 s after spawn `--scrapes` (300) back-to-back scrapes on one keep-alive connection
 with `Accept-Encoding: gzip` (as Prometheus asks), then RSS (VmRSS) 12 s after spawn (or when the
 scrapes end, if later: nvitop-exporter takes ~3 ms a scrape), then
-SIGTERM. `--modules` runs the exporters under `-X importtime` and adds the number of modules
+SIGTERM; with `--first-only` a start is stopped at its first valid /metrics (no scrapes, no
+RSS), so many rounds cost seconds. `--modules` runs the exporters under `-X importtime` and adds the number of modules
 each had imported by then (that costs start-up time: leave it off for the timings).
 `--breakdown` adds one podgpu start under `-X importtime` with JSON logs, split at its own log
 lines: seconds to the device line (imports and NVML's init done), to "listening" (the first
@@ -49,6 +51,8 @@ PODGPU_ARGS: list[str] = []
 """--podgpu-args, split."""
 SCRAPES = 300
 """--scrapes: per start, for the latency figures."""
+FIRST_ONLY = False
+"""--first-only: each start ends at its first valid /metrics (no scrapes, no RSS)."""
 SERIES = {"podgpu": b"DCGM_FI_DEV_GPU_UTIL{", "nvitop": b"gpu_utilization_Percentage"}
 
 
@@ -121,6 +125,8 @@ def one_start(kind: str, src: Path | None, simulate: bool, modules: bool) -> dic
             except RuntimeError as exc:
                 err.seek(0)
                 raise RuntimeError(f"{kind}: {exc}: {err.read()[-3000:]!r}") from None
+            if FIRST_ONLY:
+                return {"first_metrics_s": round(first, 4)}
             time.sleep(max(0.0, 5.0 - (time.perf_counter() - t0)))
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             lat = []
@@ -208,9 +214,13 @@ def main() -> int:
     ap.add_argument("--podgpu-args", default="",
                     help="more arguments for every podgpu start (one string, split as a shell "
                          "would), e.g. \"-f list.csv\"")
+    ap.add_argument("--first-only", action="store_true",
+                    help="only the first valid /metrics: each start stopped there (seconds, not "
+                         "12 s, a start: many rounds for a steadier start-up figure)")
     a = ap.parse_args()
-    global FAKE_NVML, PODGPU_ARGS, SCRAPES
+    global FAKE_NVML, PODGPU_ARGS, SCRAPES, FIRST_ONLY
     FAKE_NVML = a.fake_nvml
+    FIRST_ONLY = a.first_only
     PODGPU_ARGS = shlex.split(a.podgpu_args)
     SCRAPES = a.scrapes
     kinds: list[tuple[str, Path | None]] = [("podgpu", a.src.resolve())]
@@ -219,8 +229,8 @@ def main() -> int:
     if not a.simulate and not a.fake_nvml:
         kinds.append(("nvitop", None))
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k, _ in kinds}
-    for _ in range(a.rounds):
-        for kind, src in kinds:
+    for r in range(a.rounds):
+        for kind, src in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:  # each goes first in turn
             runs[kind].append(one_start(kind, src, a.simulate, a.modules))
             print(kind, runs[kind][-1], flush=True)
     median = {k: {key: sorted(r[key] for r in v)[len(v) // 2] for key in v[0]}
