@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from podgpu import __version__
-from podgpu.errors import ListenError
 from podgpu.http.lifecycle import Stopper
 from podgpu.parts import (
     load_metrics,
@@ -149,12 +148,12 @@ def _serve(agent: Agent, ready: Callable[[Agent], None] | None) -> int:
        snapshot is offered to it; then the loop's thread, its first cycle at once.
     5. `wire_http` -> App: /health's parts and the routes, imported while the first cycle waits
        in the driver (serve.py).
-    6. `listen_until_stopped`: the first cycle published, so the first /metrics is valid as
-       soon as the port accepts; the follower started after it, so a list edit is only ever
-       applied between two cycles; listen until SIGTERM/SIGINT or `agent.stop`; then stop the
-       follower, the loop, and the EMF sink last (its final send holds the last cycle). A port
-       that cannot be bound aborts the sink instead: a start that fails sends nothing.
-    """
+    6. `listen_until_stopped`: bind, then accept once the first cycle is published (a client
+       that came sooner waits in the backlog), so the first /metrics is always valid; the
+       follower started after it, so a list edit is only ever applied between two cycles; listen
+       until SIGTERM/SIGINT or `agent.stop`; then stop the follower, the loop, and the EMF sink
+       last (its final send holds the last cycle). A start that fails (the port, the first
+       cycle) aborts the sink instead: it sends nothing."""
     _log_devices(agent)
     lists = wire_lists(agent)
     publishing = wire_publish(agent, lists)
@@ -366,15 +365,16 @@ def wire_http(agent: Agent, lists: Lists, publishing: Publishing) -> App:
 
 def listen_until_stopped(agent: Agent, started: Started, app: App, stats: HttpStats,
                          ready: Callable[[Agent], None] | None) -> int:
-    """The first cycle published and the follower started (see `_serve`); listen until
-    stopped, then stop the follower, the loop and the EMF sink, in that order; 1 when the
-    collect loop died, else 0."""
+    """Bind, accept once the first cycle is published (see `_serve`), listen until stopped;
+    then stop the follower, the loop and the EMF sink, in that order; 1 if the loop died."""
     from podgpu.http.server import run_listener
 
     emf = agent.emf
-    started.loop.wait_first()  # raises what the first cycle raised: the start fails
-    if started.follower is not None:
-        started.follower.start()  # a list edit is loaded on its thread, applied between cycles
+
+    def first_published() -> None:
+        started.loop.wait_first()  # raises what the first cycle raised: the start fails
+        if started.follower is not None:
+            started.follower.start()  # a list edit is loaded on its thread, applied between cycles
 
     def listening(addresses: list[tuple[str, int]], guard: ConnectionGuard) -> None:
         stats.guard = guard
@@ -384,9 +384,10 @@ def listen_until_stopped(agent: Agent, started: Started, app: App, stats: HttpSt
 
     try:
         run_listener(app, agent.settings.http, security=agent.security, stopper=agent.stopper,
-                     reload_blocking=[started.reload], ready=listening)
-    except ListenError:
-        if emf is not None:  # a start that fails sends nothing
+                     reload_blocking=[started.reload], ready=listening,
+                     before_accept=first_published)
+    except BaseException:
+        if emf is not None and not agent.addresses:  # a start that fails sends nothing
             emf.abort()
             emf = None
         raise

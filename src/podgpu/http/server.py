@@ -110,10 +110,11 @@ def landing(backend: str, publisher: Publisher[Any]) -> Callable[[], Response]:
 
 def run_listener(app: App, http: HttpSettings, *, security: WebSecurity | None,
                  stopper: Stopper, reload_blocking: Sequence[Callable[[], object]] = (),
-                 ready: Callable[[list[tuple[str, int]], ConnectionGuard], None] | None = None
-                 ) -> None:
+                 ready: Callable[[list[tuple[str, int]], ConnectionGuard], None] | None = None,
+                 before_accept: Callable[[], object] | None = None) -> None:
     """Serve `app` as `http` says until stopped (SIGTERM, SIGINT, `stopper.stop`): the web
-    config (`security`) guards every route and reloads on SIGHUP with `reload_blocking`."""
+    config (`security`) guards every route and reloads on SIGHUP with `reload_blocking`;
+    `before_accept` as serve_until_stopped says."""
     if security is not None:
         security.install(app)  # every route: basic auth, headers, SANs, rate limit
     install_sighup(app, blocking=reload_blocking,
@@ -122,19 +123,27 @@ def run_listener(app: App, http: HttpSettings, *, security: WebSecurity | None,
     stopper.run(serve_until_stopped(
         app, http.host, http.port,
         limits=Limits(max_connections=http.max_connections, request_timeout=http.request_timeout),
-        ssl_context=security.ssl_context if security is not None else None, ready=ready))
+        ssl_context=security.ssl_context if security is not None else None, ready=ready,
+        before_accept=before_accept))
 
 
 async def serve_until_stopped(app: App, host: str | None, port: int, *,
                               limits: Limits | None = None,
                               ssl_context: ssl.SSLContext | None = None,
                               ready: Callable[[list[tuple[str, int]], ConnectionGuard], None]
-                              | None = None) -> None:
+                              | None = None,
+                              before_accept: Callable[[], object] | None = None) -> None:
     """Listen until SIGTERM or SIGINT, then close the listener and the connections.
 
     `ready(addresses, guard)` runs once listening: the bound (host, port) pairs (port 0 asks the
     OS for one) and the guard, whose counters the caller exports. Off the main thread (an agent
     started by a test) no signal handler is installed; cancel the task to stop.
+
+    `before_accept()` (serve: the first cycle published) runs once the port is bound and
+    listening, before the first connection is accepted, blocking this loop, which has nothing to
+    run yet: a client that connects meanwhile waits in the kernel's backlog and is answered as
+    soon as it returns, rather than refused and left to retry. What it raises closes the port and
+    is raised here.
 
     Raises ConfigError when `host` cannot be resolved or is not an address of this machine, and
     ListenError when the port cannot be bound (in use, no permission)."""
@@ -149,10 +158,19 @@ async def serve_until_stopped(app: App, host: str | None, port: int, *,
     try:
         try:
             listener = await loop.create_server(factory, host, port, reuse_address=True,
-                                                backlog=ACCEPT_PER_TURN)
+                                                backlog=ACCEPT_PER_TURN,
+                                                start_serving=before_accept is None)
         except OSError as exc:
             raise _listen_error(exc, host, port) from None
-        _deepen_backlog(listener)
+        _deepen_backlog(listener)  # listening from here on: the kernel queues who comes
+        if before_accept is not None:
+            try:
+                before_accept()
+            except BaseException:
+                listener.close()
+                raise
+            await listener.start_serving()  # listen() again, with asyncio's backlog
+            _deepen_backlog(listener)
         scheme = "https" if ssl_context is not None else "http"
         for addr in _bound(listener):
             log.info("listening on %s://%s/metrics (at most %d connections, %g s per request)",

@@ -1,8 +1,15 @@
 from __future__ import annotations
 
+import asyncio
+import socket
+import threading
+
 import pytest
 
-from podgpu.http.server import accepts_gzip
+from podgpu.http.app import App, Request, Response
+from podgpu.http.lifecycle import Stopper
+from podgpu.http.server import accepts_gzip, serve_until_stopped
+from tests.harness import free_port
 
 
 @pytest.mark.parametrize(
@@ -25,3 +32,64 @@ from podgpu.http.server import accepts_gzip
 )
 def test_accept_encoding_q_values(header: str, expected: bool) -> None:
     assert accepts_gzip(header) is expected
+
+
+def _read_to_close(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_client_that_connects_before_accepting_waits_in_the_backlog_and_is_answered() -> None:
+    """serve's first cycle runs as `before_accept`: the port listens already, so a scrape that
+    comes sooner is queued by the kernel (not refused) and answered once it returns, never
+    before. The client connects from inside `before_accept`: a refusal would fail the test."""
+    port = free_port()
+    order: list[str] = []
+    clients: list[socket.socket] = []
+    queued = threading.Event()
+    app = App()
+
+    def health(_request: Request) -> Response:
+        order.append("answered")
+        return Response.text(200, "ok\n")
+
+    app.add_get("/health", health)
+
+    def before_accept() -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        clients.append(sock)
+        queued.set()
+        order.append("accepting")
+
+    stopper = Stopper()
+    server = threading.Thread(target=stopper.run, args=(serve_until_stopped(
+        app, "127.0.0.1", port, before_accept=before_accept),))
+    server.start()
+    try:
+        assert queued.wait(10)
+        with clients[0] as sock:
+            answer = _read_to_close(sock)
+    finally:
+        stopper.stop("test done")
+        server.join(10)
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\nok\n")
+    assert order == ["accepting", "answered"]
+
+
+def test_what_before_accept_raises_is_raised_and_the_port_is_closed() -> None:
+    port = free_port()
+    seen: list[int] = []
+
+    def before_accept() -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            seen.append(port)  # it was listening
+        raise RuntimeError("the first cycle failed")
+
+    with pytest.raises(RuntimeError, match="the first cycle failed"):
+        asyncio.run(serve_until_stopped(App(), "127.0.0.1", port, before_accept=before_accept))
+    assert seen == [port]
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
