@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -168,9 +169,33 @@ def add_options(parser: argparse.ArgumentParser, options: Iterable[Option], *,
                                 action="append" if opt.append else "store", help=text)
 
 
+def terminal_columns() -> int:
+    """The terminal's width as shutil.get_terminal_size finds it (COLUMNS, else the terminal of
+    stdout, else 80), without importing shutil."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    stdout = sys.__stdout__
+    if columns <= 0 and stdout is not None:
+        try:
+            columns = os.get_terminal_size(stdout.fileno()).columns
+        except (AttributeError, ValueError, OSError):  # not a terminal, or no file descriptor
+            columns = 0
+    return columns if columns > 0 else 80
+
+
+def help_formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's own formatter at the width it would pick (the terminal's, less 2). Given the
+    width, it does not ask shutil for it: argparse makes a formatter for every option it
+    registers, and the default one imports shutil (with bz2, lzma and fnmatch) to do so."""
+    return argparse.HelpFormatter(prog, width=terminal_columns() - 2)
+
+
 def new_parser(prog: str, description: str | None, options: Iterable[Option],
                **kwargs: Any) -> argparse.ArgumentParser:
     """A parser with `options` registered; no prefix abbreviations (Go's flag has none)."""
+    kwargs.setdefault("formatter_class", help_formatter)
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
                                      **kwargs)
     add_options(parser, options)

@@ -67,6 +67,7 @@ LATER = {
     "podgpu.sinks.live.schema": "the live view's TypedDicts: types only",
     "html": "the live page escapes without it (sinks/live/page.py)",
     "datetime": "the live page prints its time without it (sinks/live/page.py)",
+    "shutil": "the terminal's width for --help, read without it (options.py)",
 }
 
 

@@ -3,11 +3,16 @@ default, help text."""
 
 from __future__ import annotations
 
+import argparse
+import os
+import shutil
+from unittest import mock
+
 import pytest
 
 from podgpu.config import parse_serve_args, serve_parser
 from podgpu.errors import ConfigError
-from podgpu.options import Option, go_int, new_parser, resolve
+from podgpu.options import Option, go_int, new_parser, resolve, terminal_columns
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -77,3 +82,24 @@ def test_help_shows_readable_defaults() -> None:
     assert "DeviceSelection(" not in text  # before: -d's default printed as a dataclass repr
     assert "env DCGM_EXPORTER_DEVICES_STR; default f]" in " ".join(text.split())
     assert "default none]" not in text  # before: the allowlist's default read "none" (= all)
+
+
+@pytest.mark.parametrize("columns", ["123", "60", "0", "-4", "wide", ""])
+def test_the_help_width_is_the_one_shutil_finds(columns: str) -> None:
+    with mock.patch.dict(os.environ, {"COLUMNS": columns}):
+        assert terminal_columns() == shutil.get_terminal_size().columns
+
+
+@pytest.mark.parametrize("columns", ["200", "60"])
+def test_serve_help_is_argparses_default_help_at_the_same_width(columns: str) -> None:
+    """The formatter only hands argparse the width it would have asked shutil for."""
+    from podgpu.config import OPTIONS
+
+    default = new_parser("podgpu serve", "collect GPU metrics and serve /metrics (dcgm-exporter's "
+                         "flags)", OPTIONS, formatter_class=argparse.HelpFormatter)
+    default.add_argument("-v", "--version", action="version", version="x")
+    with mock.patch.dict(os.environ, {"COLUMNS": columns}):
+        ours, theirs = serve_parser().format_help(), default.format_help()
+    assert ours == theirs
+    widest = max(map(len, ours.splitlines()))
+    assert widest > 150 if columns == "200" else widest < 100  # the width reached argparse
