@@ -11,7 +11,6 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from podgpu import __version__
@@ -47,20 +46,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("podgpu")
 
 
-@dataclass(slots=True)
 class Agent:
-    """The parts of one serve process, built but not started."""
+    """The parts of one serve process, built but not started (a plain class, not a
+    dataclass: made before the first answer, docs/design.md)."""
 
-    settings: ServeSettings
-    metrics: MetricList
-    label_opts: LabelOptions
-    backend: Backend
-    attributor: Attributor | None
-    security: WebSecurity | None
-    emf: EmfSink | None
-    stopper: Stopper = field(default_factory=Stopper)
-    addresses: list[tuple[str, int]] = field(default_factory=list)
-    """Where it listens, once `run` has bound the port (port 0 in the settings: the OS picks)."""
+    __slots__ = ("addresses", "attributor", "backend", "emf", "label_opts", "metrics",
+                 "security", "settings", "stopper")
+
+    def __init__(self, settings: ServeSettings, metrics: MetricList, label_opts: LabelOptions,
+                 backend: Backend, attributor: Attributor | None, security: WebSecurity | None,
+                 emf: EmfSink | None) -> None:
+        self.settings, self.metrics, self.label_opts = settings, metrics, label_opts
+        self.backend, self.attributor, self.security, self.emf = backend, attributor, security, emf
+        self.stopper = Stopper()
+        self.addresses: list[tuple[str, int]] = []
+        """Where it listens, once `run` has bound the port (port 0: the OS picks)."""
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop serving from any thread, as SIGTERM would; `run` then returns."""

@@ -22,7 +22,6 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from podgpu.errors import ConfigError
@@ -225,14 +224,17 @@ def go_flags(args: Sequence[str], options: Iterable[Option],
     return out
 
 
-@dataclass(slots=True)
 class Resolved:
-    """The values of one command's options, where each came from, and the clamp warnings."""
+    """The values of one command's options, where each came from, and the clamp warnings (a
+    plain class, not a dataclass: made before the first answer, docs/design.md)."""
 
-    values: dict[str, Any]
-    origin: dict[str, str]
-    """dest -> the flag, 'environment variable X' or 'FLAG (default)', for messages."""
-    warnings: list[str] = field(default_factory=list)
+    __slots__ = ("origin", "values", "warnings")
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.origin: dict[str, str] = {}
+        """dest -> the flag, 'environment variable X' or 'FLAG (default)', for messages."""
+        self.warnings: list[str] = []
 
     def fail(self, dest: str, problem: str) -> ConfigError:
         """A one-line error naming where the value of `dest` came from."""
@@ -243,7 +245,7 @@ def resolve(ns: argparse.Namespace, options: Iterable[Option],
             env: Mapping[str, str] | None = None) -> Resolved:
     """flag > environment (non-empty) > default; parse, then clamp to `bounds` with a warning."""
     env = os.environ if env is None else env
-    out = Resolved({}, {})
+    out = Resolved()
     for opt in options:
         raw = getattr(ns, opt.dest, None)
         if isinstance(raw, list):

@@ -7,7 +7,6 @@ pynvml fails nvmlInit until the test lets the driver appear (fault injection).""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import re
@@ -40,8 +39,8 @@ def serving_before_the_driver(nv: FakeNvml, *args: str) -> Iterator[Agent]:
     """`podgpu serve ARGS` in this process on the real NvmlBackend behind DriverWait, listening."""
     settings = parse_serve_args(["--address", "127.0.0.1:0", "--kubernetes=false", *args],
                                 {"NODE_NAME": "test-node"})
-    agent = dataclasses.replace(build_agent(settings), backend=DriverWait(
-        NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.05))
+    agent = build_agent(settings)
+    agent.backend = DriverWait(NvmlBackend(pynvml_module=nv), first_delay=0.01, max_delay=0.05)
     listening = threading.Event()
     thread = threading.Thread(target=run, args=(agent,), daemon=True,
                               kwargs={"ready": lambda _a: listening.set()})

@@ -6,7 +6,6 @@ do not import each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from podgpu.backends.derived import ClockEventCounter
@@ -15,39 +14,45 @@ from podgpu.backends.nvml_mig import MigInstance
 from podgpu.model import Device
 
 
-@dataclass
 class GpuState:
     """Everything podgpu keeps about one physical GPU between cycles.
 
     Owned by that GPU's worker thread (backends/nvml_gpu.py): discovery, rediscovery, MIG
     re-enumeration, reads and its P2P row all run there, and the collect thread only ever sees
     the immutable `GpuView` the worker hands back. No lock is needed because
-    no other thread touches it."""
+    no other thread touches it. A plain class, not a dataclass: made before the first answer,
+    when a dataclass's generated methods would be compiled (docs/design.md)."""
 
-    index: int
-    uuid: str = ""
-    handle: Any = None
-    device: Device | None = None
-    instances: tuple[MigInstance, ...] = ()
-    gpm: GpmStream | None = None
-    gpm_reason: str | None = None
-    instance_gpm: dict[int, GpmStream] = field(default_factory=dict)
-    labels: dict[str, Any] | None = None
-    label_missing: dict[str, str] = field(default_factory=dict)
-    rate_prev: dict[str, tuple[float, int]] = field(default_factory=dict)
-    clock_events: ClockEventCounter | None = None
-    proc_timestamp: int = 0
-    lost: str | None = None
-    lost_xid: int = 0
-    """79 when NVML said GpuIsLost (fallen off the bus), else 0."""
-    retry_at: float = 0.0
-    mig_dirty: bool = False
-    """An instance handle went stale: re-enumerate on this GPU's next cycle."""
-    registered: bool = False
-    """Registered with the XID event thread since the last (re)discovery."""
-    p2p_key: tuple[str, ...] = ()
-    p2p_row: dict[int, int] = field(default_factory=dict)
-    """Peer GPU index -> nvmlGpuP2PStatus_t, asked once per set of live peers (`p2p_key`)."""
+    __slots__ = ("clock_events", "device", "gpm", "gpm_reason", "handle", "index",
+                 "instance_gpm", "instances", "label_missing", "labels", "lost", "lost_xid",
+                 "mig_dirty", "p2p_key", "p2p_row", "proc_timestamp", "rate_prev",
+                 "registered", "retry_at", "uuid")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.uuid = ""
+        self.handle: Any = None
+        self.device: Device | None = None
+        self.instances: tuple[MigInstance, ...] = ()
+        self.gpm: GpmStream | None = None
+        self.gpm_reason: str | None = None
+        self.instance_gpm: dict[int, GpmStream] = {}
+        self.labels: dict[str, Any] | None = None
+        self.label_missing: dict[str, str] = {}
+        self.rate_prev: dict[str, tuple[float, int]] = {}
+        self.clock_events: ClockEventCounter | None = None
+        self.proc_timestamp = 0
+        self.lost: str | None = None
+        self.lost_xid = 0
+        """79 when NVML said GpuIsLost (fallen off the bus), else 0."""
+        self.retry_at = 0.0
+        self.mig_dirty = False
+        """An instance handle went stale: re-enumerate on this GPU's next cycle."""
+        self.registered = False
+        """Registered with the XID event thread since the last (re)discovery."""
+        self.p2p_key: tuple[str, ...] = ()
+        self.p2p_row: dict[int, int] = {}
+        """Peer GPU index -> nvmlGpuP2PStatus_t, asked once per set of live peers (`p2p_key`)."""
 
     @property
     def name(self) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, NamedTuple
 
@@ -33,11 +32,17 @@ class Request(NamedTuple):
     """The verified client certificate (`ssl.SSLObject.getpeercert()`), or None."""
 
 
-@dataclass(slots=True)
 class Response:
-    status: int = 200
-    body: bytes = b""
-    headers: list[tuple[str, str]] = field(default_factory=list)
+    """An answer; the app appends its Server header and every hook's headers to `headers` (a
+    plain class, not a dataclass: made before the first answer, docs/design.md)."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int = 200, body: bytes = b"",
+                 headers: list[tuple[str, str]] | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.headers: list[tuple[str, str]] = [] if headers is None else headers
 
     @classmethod
     def of(cls, status: int, body: bytes | str, content_type: str,

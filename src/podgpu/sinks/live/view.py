@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from podgpu.model import Allocation, ContainerRef, Device, Sample, Snapshot
@@ -150,17 +149,20 @@ def build_view(snapshot: Snapshot, opts: ViewOptions) -> SnapshotView:
     }
 
 
-@dataclass(slots=True)
 class _PodRow:
-    """One container's devices and per-device usage while the view is built."""
+    """One container's devices and per-device usage while the view is built (a plain class,
+    not a dataclass: made before the first answer, docs/design.md)."""
 
-    pod_uid: str
-    labels: dict[str, str]
-    gpus: list[str] = field(default_factory=list)
-    devices: list[str] = field(default_factory=list)
-    mem: list[int | None] = field(default_factory=list)
-    util: list[float | None] = field(default_factory=list)
-    sources: list[str] = field(default_factory=list)
+    __slots__ = ("devices", "gpus", "labels", "mem", "pod_uid", "sources", "util")
+
+    def __init__(self, pod_uid: str, labels: dict[str, str]) -> None:
+        self.pod_uid = pod_uid
+        self.labels = labels
+        self.gpus: list[str] = []
+        self.devices: list[str] = []
+        self.mem: list[int | None] = []
+        self.util: list[float | None] = []
+        self.sources: list[str] = []
 
 
 def _finish(h: Holder, row: _PodRow) -> PodView:
