@@ -166,10 +166,10 @@ async def serve_until_stopped(app: App, host: str | None, port: int, *,
         if before_accept is not None:
             try:
                 before_accept()
-            except BaseException:
+                await listener.start_serving()  # listen() again, with asyncio's backlog
+            except BaseException:  # what it raised, or a stop that came meanwhile
                 listener.close()
                 raise
-            await listener.start_serving()  # listen() again, with asyncio's backlog
             _deepen_backlog(listener)
         scheme = "https" if ssl_context is not None else "http"
         for addr in _bound(listener):

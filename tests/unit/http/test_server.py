@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
+import sys
 import threading
+import warnings
 
 import pytest
 
@@ -91,5 +94,48 @@ def test_what_before_accept_raises_is_raised_and_the_port_is_closed() -> None:
     with pytest.raises(RuntimeError, match="the first cycle failed"):
         asyncio.run(serve_until_stopped(App(), "127.0.0.1", port, before_accept=before_accept))
     assert seen == [port]
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+
+
+def test_a_stop_asked_for_before_accepting_closes_the_port_and_answers_no_one() -> None:
+    """`agent.stop` while the first cycle runs (a dying collect loop, a test's stop): the stop is
+    taken at the first await after `before_accept`, and the port it listened on is closed."""
+    port = free_port()
+    stopper = Stopper()
+    app = App()
+    answered: list[str] = []
+
+    def health(_request: Request) -> Response:
+        answered.append("health")
+        return Response.text(200, "ok\n")
+
+    app.add_get("/health", health)
+    clients: list[socket.socket] = []
+
+    def before_accept() -> None:
+        clients.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        clients[0].sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        stopper.stop("stopped while starting")
+
+    leaked: list[BaseException | None] = []
+    hook = sys.unraisablehook
+    with warnings.catch_warnings():  # a socket left to the garbage collector warns as it goes
+        warnings.simplefilter("error", ResourceWarning)
+        sys.unraisablehook = lambda unraisable: leaked.append(unraisable.exc_value)
+        try:
+            stopper.run(serve_until_stopped(app, "127.0.0.1", port, before_accept=before_accept))
+            gc.collect()
+        finally:
+            sys.unraisablehook = hook
+    assert leaked == []  # closed, not dropped
+    assert stopper.reason == "stopped while starting"
+    with clients[0] as sock:
+        try:
+            unanswered = _read_to_close(sock)
+        except ConnectionResetError:  # the kernel resets what the closed listener never took
+            unanswered = b""
+    assert unanswered == b""
+    assert answered == []
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=10).close()
