@@ -157,8 +157,8 @@ async def serve_until_stopped(app: App, host: str | None, port: int, *,
     await app.startup()
     try:
         try:
-            listener = await loop.create_server(factory, host, port, reuse_address=True,
-                                                backlog=ACCEPT_PER_TURN,
+            listener = await loop.create_server(factory, _every_address(host, port), port,
+                                                reuse_address=True, backlog=ACCEPT_PER_TURN,
                                                 start_serving=before_accept is None)
         except OSError as exc:
             raise _listen_error(exc, host, port) from None
@@ -192,6 +192,18 @@ async def serve_until_stopped(app: App, host: str | None, port: int, *,
                     off_signal(loop, sig)  # ignored from now on: a storm never kills the stop
     finally:
         await app.cleanup()
+
+
+def _every_address(host: str | None, port: int) -> str | list[str]:
+    """`host`, or for every interface (None or "") the wildcard addresses it stands for, asked of
+    getaddrinfo here as asyncio would ask it (AI_PASSIVE: no name to look up). Handed numeric
+    addresses, asyncio binds them as it would have; asked for the wildcard, it would start its
+    default executor, a thread kept for good, only to call getaddrinfo (~1.5 ms before the port
+    listens)."""
+    if host:
+        return host
+    infos = socket.getaddrinfo(None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 def _listen_error(exc: OSError, host: str | None, port: int) -> Exception:

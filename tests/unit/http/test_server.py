@@ -139,3 +139,31 @@ def test_a_stop_asked_for_before_accepting_closes_the_port_and_answers_no_one() 
     assert answered == []
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=10).close()
+
+
+def test_every_interface_is_bound_as_asyncio_binds_it_without_its_executor_thread() -> None:
+    """`--address :PORT` (host None): the same sockets as asyncio's create_server(None, ...)
+    makes, but no executor thread is started for getaddrinfo (one more thread, kept for good)."""
+
+    async def bound_by_asyncio() -> list[tuple[int, str]]:
+        server = await asyncio.get_running_loop().create_server(asyncio.Protocol, None, 0)
+        try:
+            return sorted((s.family, s.getsockname()[0]) for s in server.sockets)
+        finally:
+            server.close()
+
+    async def bound_by_podgpu() -> tuple[list[tuple[int, str]], list[str]]:
+        got: asyncio.Future[list[tuple[str, int]]] = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(serve_until_stopped(
+            App(), None, free_port(), ready=lambda addrs, _guard: got.set_result(addrs)))
+        addresses = await got
+        threads = [t.name for t in threading.enumerate()]
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return sorted((socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+                      for host, _ in addresses), threads
+
+    ours, threads = asyncio.run(bound_by_podgpu())
+    assert ours == asyncio.run(bound_by_asyncio())
+    assert not [name for name in threads if name.startswith("asyncio")]
