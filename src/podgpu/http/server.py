@@ -198,8 +198,7 @@ def _every_address(host: str | None, port: int) -> str | list[str]:
     """`host`, or for every interface (None or "") the wildcard addresses it stands for, asked of
     getaddrinfo here as asyncio would ask it (AI_PASSIVE: no name to look up). Handed numeric
     addresses, asyncio binds them as it would have; asked for the wildcard, it would start its
-    default executor, a thread kept for good, only to call getaddrinfo (~1.5 ms before the port
-    listens)."""
+    default executor, a thread kept for good, only to call getaddrinfo."""
     if host:
         return host
     infos = socket.getaddrinfo(None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
