@@ -53,7 +53,9 @@ class Workers:
 
     def __init__(self, name: str = "podgpu-nvml", *, wait: Wait = wait_all) -> None:
         self._name = name
-        self._wait = wait
+        self.wait = wait
+        """How `run` waits; the NVML backend gives the workers it adopts from a warm-up
+        (backends/nvml_ahead.py) its own."""
         self._queues: dict[Hashable, queue.SimpleQueue[Job | None]] = {}
         self._busy: dict[Hashable, tuple[Future[Any], float]] = {}
 
@@ -72,7 +74,7 @@ class Workers:
         """Submit every job, wait until all are done or `deadline` seconds passed; the futures
         of those not done are left running and their keys report `stuck`."""
         futures = self.submit(jobs)
-        self._wait(futures, deadline)
+        self.wait(futures, deadline)
         return futures
 
     def submit(self, jobs: Iterable[tuple[K, Callable[[], T]]]) -> dict[K, Future[T]]:

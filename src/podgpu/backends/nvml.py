@@ -111,8 +111,10 @@ class NvmlBackend:
             self.close()
             raise BackendError("NVML found no NVIDIA GPU on this node")
         warmup, self._warmup = self._warmup, None
-        if warmup is not None:
-            self._workers = warmup.workers() or self._workers
+        adopted = warmup.workers() if warmup is not None else None
+        if adopted is not None:
+            adopted.wait = self._read_wait  # a cycle waits on them as on the backend's own
+            self._workers = adopted
         self._discover_all(lib, count, warmup)
         self._log_capabilities()
         reachable = [(v.uuid, v.handle) for v in self._views.values()

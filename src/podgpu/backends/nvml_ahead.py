@@ -20,7 +20,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from podgpu.backends.deadline import Wait, Workers, wait_all
+from podgpu.backends.deadline import Workers
 from podgpu.backends.nvml_gpm import GpmStream, gpm_support
 from podgpu.backends.nvml_lib import Lib
 
@@ -28,11 +28,8 @@ from podgpu.backends.nvml_lib import Lib
 class Warmup:
     """Each GPU's first GPM sample, taken on the GPU's worker before the backend exists."""
 
-    def __init__(self, *, wait: Wait = wait_all,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """`wait`: how the adopted workers wait for a cycle (backends/deadline.py); `clock`:
-        the streams' (tests pass a fake one)."""
-        self._wait = wait
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        """`clock`: the streams' (tests pass a fake one)."""
         self._clock = clock
         self._lock = threading.Lock()
         self._streams: dict[int, GpmStream] = {}
@@ -47,7 +44,7 @@ class Warmup:
             count = int(lib.m.nvmlDeviceGetCount())
         except lib.error:
             return  # the backend's open says why
-        workers = Workers(wait=self._wait)
+        workers = Workers()  # the backend that adopts them sets how they wait
         for i in range(count):
             workers.post(i, partial(self._first_sample, lib, i))
         self._workers = workers

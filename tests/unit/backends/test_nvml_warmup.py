@@ -40,7 +40,7 @@ def backend(nv: FakeNvml, clock: FakeClock, warmup: Warmup, wait: ReadWait) -> N
 def test_each_gpus_first_sample_is_taken_ahead_and_its_discovery_adopts_it() -> None:
     nv, clock = nvml_up(2)
     wait = ReadWait(nv)
-    warmup = Warmup(wait=wait, clock=clock)
+    warmup = Warmup(clock=clock)
     warmup.start(nv)
     wait_for(lambda: nv.calls["nvmlGpmSampleGet"] == 2, what="both GPUs' first samples")
     taken_ahead = clock()
@@ -66,7 +66,7 @@ def test_a_gpu_hung_in_its_warmup_stalls_only_its_own_discovery() -> None:
     nv, clock = nvml_up(2)
     hold = hang(nv.gpus[1])  # every NVML call on GPU 1 blocks, its handle lookup first
     wait = ReadWait(nv)
-    warmup = Warmup(wait=wait, clock=clock)
+    warmup = Warmup(clock=clock)
     warmup.start(nv)
     b = backend(nv, clock, warmup, wait)
     b.open()  # waits for GPU 0, and for GPU 1 only until its worker is parked in the hang
@@ -85,7 +85,7 @@ def test_a_gpu_hung_in_its_warmup_stalls_only_its_own_discovery() -> None:
 
 def test_release_frees_every_sample_nobody_took_and_stops_the_workers() -> None:
     nv, clock = nvml_up(3)
-    warmup = Warmup(wait=ReadWait(nv), clock=clock)
+    warmup = Warmup(clock=clock)
     before = set(threading.enumerate())
     warmup.start(nv)
     wait_for(lambda: nv.calls["nvmlGpmSampleGet"] == 3, what="three first samples")
@@ -103,7 +103,7 @@ def test_a_gpu_without_gpm_gets_no_stream_ahead_and_says_why_at_discovery() -> N
     nv, clock = nvml_up(1)
     nv.gpus[0].gpm_supported = False  # pre-Hopper
     wait = ReadWait(nv)
-    warmup = Warmup(wait=wait, clock=clock)
+    warmup = Warmup(clock=clock)
     warmup.start(nv)
     b = backend(nv, clock, warmup, wait)
     b.open()
