@@ -73,13 +73,6 @@ class Workers:
             ) -> dict[K, Future[T]]:
         """Submit every job, wait until all are done or `deadline` seconds passed; the futures
         of those not done are left running and their keys report `stuck`."""
-        futures = self.submit(jobs)
-        self.wait(futures, deadline)
-        return futures
-
-    def submit(self, jobs: Iterable[tuple[K, Callable[[], T]]]) -> dict[K, Future[T]]:
-        """Queue every job on its key's worker (behind what the worker has queued already) and
-        return at once."""
         from concurrent.futures import Future  # not for `post`: see there
 
         futures: dict[K, Future[T]] = {}
@@ -89,6 +82,7 @@ class Workers:
             self._queue(key).put((fn, fut))
             self._busy[key] = (fut, start)
             futures[key] = fut
+        self.wait(futures, deadline)
         return futures
 
     def post(self, key: Hashable, fn: Callable[[], object]) -> None:
