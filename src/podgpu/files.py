@@ -130,3 +130,10 @@ def describe(limit: int) -> str:
         if limit >= 1 << shift and limit % (1 << shift) == 0:
             return f"{limit >> shift} {unit}"
     return f"{limit} bytes"
+
+
+def packaged(module_file: str, *name: str) -> bytes:
+    """A file shipped in podgpu's package, `name` beside the module whose `__file__` is given;
+    read whole, without pathlib or importlib.resources (both cost start-up time)."""
+    with open(os.path.join(os.path.dirname(module_file), *name), "rb") as f:
+        return f.read()

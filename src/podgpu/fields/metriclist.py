@@ -17,12 +17,11 @@ from __future__ import annotations
 import csv
 import io
 import os
-from pathlib import Path
 from typing import NamedTuple
 
 from podgpu.errors import MetricListError
 from podgpu.fields.catalog import BY_NAME, Field, closest, dcgm_id, lookup
-from podgpu.files import FileReadError, read_bytes
+from podgpu.files import FileReadError, packaged, read_bytes
 
 VALID_TYPES = ("gauge", "counter", "histogram", "summary", "label")
 # dcgm-exporter echoes `histogram`/`summary` into `# TYPE` over a plain sample, which strict
@@ -246,7 +245,7 @@ def empty_list_warning(parsed: MetricList) -> str | None:
 
 def default_text() -> str:
     """The embedded default list (same active rows as dcgm-exporter's default-counters.csv)."""
-    return (Path(__file__).parent / DEFAULT_NAME).read_text(encoding="utf-8")  # no importlib.resources
+    return packaged(__file__, DEFAULT_NAME).decode()
 
 
 def load_default() -> MetricList:

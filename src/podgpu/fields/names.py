@@ -11,15 +11,16 @@ from __future__ import annotations
 import csv
 import functools
 from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
+
+from podgpu.files import packaged
 
 TABLE = "dcgm-field-names.csv"
 
 
 @functools.cache
 def _rows() -> tuple[tuple[str, int, str], ...]:
-    text = (Path(__file__).parent / TABLE).read_text(encoding="utf-8")  # no importlib.resources
+    text = packaged(__file__, TABLE).decode()
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     reader = csv.DictReader(lines)
     return tuple((r["name"], int(r["id"]), r["kind"]) for r in reader)
@@ -43,7 +44,7 @@ def kind(name: str) -> str | None:
 
 def source() -> str:
     """The table's `# source:` header lines, for docs and `podgpu fields`."""
-    text = (Path(__file__).parent / TABLE).read_text(encoding="utf-8")  # no importlib.resources
+    text = packaged(__file__, TABLE).decode()
     return "; ".join(line.removeprefix("# source: ") for line in text.splitlines()
                      if line.startswith("# source: "))
 

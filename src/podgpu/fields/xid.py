@@ -10,8 +10,9 @@ from __future__ import annotations
 import csv
 import functools
 from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
+
+from podgpu.files import packaged
 
 TABLE = "xid-catalog.csv"
 UNKNOWN = "Unknown Error"
@@ -20,8 +21,7 @@ UNKNOWN = "Unknown Error"
 
 @functools.cache
 def catalog() -> Mapping[int, str]:
-    # a plain read beside this module: importlib.resources costs ~15 modules at start-up
-    text = (Path(__file__).parent / TABLE).read_text(encoding="utf-8")
+    text = packaged(__file__, TABLE).decode()
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     return MappingProxyType({int(r["code"]): r["description"] for r in csv.DictReader(lines)})
 

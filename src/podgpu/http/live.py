@@ -7,10 +7,10 @@ Static files are a fixed table, so no request path ever reaches the file system.
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from podgpu.files import packaged
 from podgpu.http.app import App, Request, Response
 from podgpu.http.publish import Published, Publisher
 from podgpu.sinks.live import JSON_CONTENT_TYPE, PAGE_KEY, SNAPSHOT_KEY
@@ -30,8 +30,7 @@ PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-sr
 
 
 def load_static() -> dict[str, bytes]:
-    root = Path(__file__).parent / "static"  # plain reads: no importlib.resources at start-up
-    return {name: (root / name).read_bytes() for name in STATIC_TYPES}
+    return {name: packaged(__file__, "static", name) for name in STATIC_TYPES}
 
 
 def page_response(pub: Published[Any] | None) -> Response | None:

@@ -17,11 +17,11 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from podgpu import __version__
 from podgpu.errors import ConfigError, ListenError
+from podgpu.files import packaged
 from podgpu.http.app import App, Request, Response
 from podgpu.http.guard import (
     ACCEPT_BACKLOG,
@@ -96,7 +96,7 @@ def json_response(status: int, body: dict[str, Any]) -> Response:
 
 def landing(backend: str, publisher: Publisher[Any]) -> Callable[[], Response]:
     """`/` of serve: the live page of the last cycle, else the static landing page."""
-    page = ((Path(__file__).parent / "landing.html").read_text(encoding="utf-8")
+    page = (packaged(__file__, "landing.html").decode()
             .replace("{backend}", backend).replace("{version}", __version__).encode())
 
     def index() -> Response:
