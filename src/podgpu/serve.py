@@ -18,6 +18,7 @@ open did, and what it opened is closed.
 
 from __future__ import annotations
 
+import gc
 import sys
 from typing import TYPE_CHECKING
 
@@ -35,19 +36,37 @@ driver waits for the GIL for up to one interval before its next call. Measured i
 bench/RESULTS.md ("A shorter switch interval while podgpu starts")."""
 
 
-def switching_fast() -> Callable[[object], None]:
-    """START_SWITCH_SECONDS from now on; the callable returned puts the interval back (it takes
-    and ignores the agent, as `agent.run`'s `ready` is called)."""
+def starting() -> Callable[[object], None]:
+    """The interpreter as a start wants it: START_SWITCH_SECONDS, and the cyclic garbage
+    collector off. A start creates ~37,000 objects that live as long as the process (modules,
+    classes, tables), and the collector would walk them again and again while they are made
+    (bench/RESULTS.md, "The garbage collector off until the port serves").
+
+    The callable returned puts both back. Called with the agent (the port is bound and the
+    first cycle published: `agent.run`'s `ready`), it first freezes what the start made
+    (`gc.freeze`), so no later collection walks it, nor collects the little the start left
+    unreachable (~0.1 MiB: the flags' parser). Called again (with None, whichever way the start
+    ends) it changes nothing more; a caller that had the collector off keeps it off."""
     previous = sys.getswitchinterval()
+    collecting = gc.isenabled()
     sys.setswitchinterval(START_SWITCH_SECONDS)
-    return lambda _agent: sys.setswitchinterval(previous)
+    gc.disable()
+
+    def restore(agent: object) -> None:
+        sys.setswitchinterval(previous)
+        if collecting and not gc.isenabled():
+            if agent is not None:
+                gc.freeze()
+            gc.enable()
+
+    return restore
 
 
 def main(argv: Sequence[str]) -> int:
     """`podgpu serve [flags]` (also `podgpu [flags]`): parse, open ahead, build, run."""
     from podgpu.ahead import OpenAhead
 
-    restore = switching_fast()
+    restore = starting()
     try:
         ahead = OpenAhead.early(argv)
         agent = _build(argv, ahead)

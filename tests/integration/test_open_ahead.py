@@ -1,6 +1,7 @@
 """`podgpu serve` opens NVML on its own thread while it loads the rest (podgpu/serve.py): the
-first /metrics it answers still holds the GPU and its GPM (DCGM_FI_PROF_*) values, a bad input
-still exits 2 whatever NVML does, and NVML's own failure still exits 1.
+first /metrics it answers still holds the GPU, its GPM (DCGM_FI_PROF_*) values come by the next
+cycle at the latest, a bad input still exits 2 whatever NVML does, and NVML's own failure still
+exits 1.
 
 The process and its NVML backend are real; NVML is the fake of tests/fakes/fake_pynvml.py put in
 place of nvidia-ml-py by tests/deploy/nvml_appears/, which answers from the wall-clock time in
@@ -35,24 +36,32 @@ def serve(*args: str, answers_in: float) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60)
 
 
-def test_the_first_metrics_answered_hold_the_gpu_and_its_gpm_values() -> None:
-    with_serve = Serve(["-c", "1000", "--wait-for-driver", "never"], env=fake_nvml(0))
+def test_the_first_metrics_answered_hold_the_gpu_and_gpm_values_follow() -> None:
+    """The first answer has the GPU. Its DCGM_FI_PROF_* series are there when 100 ms have
+    passed since the open's GPM sample, else podgpu_field_unavailable says GPM's first window
+    is not over; either way a cycle brings them as soon as it is, not an interval (here ten
+    minutes) later."""
+    with_serve = Serve(["-c", "600000", "--wait-for-driver", "never"], env=fake_nvml(0))
     try:
-        def first_answer() -> tuple[int, bytes] | None:
+        def answer(want: bytes) -> bytes | None:
             assert with_serve.running(), with_serve.stop()[1]
             try:
-                return scrape(with_serve.url + "/metrics")
+                status, body = scrape(with_serve.url + "/metrics")
             except OSError:  # not listening yet
                 return None
+            assert status == 200
+            return body if want in body else None
 
-        answer = wait_for(first_answer, 30, "the first answer on /metrics", interval=0.01)
+        first = wait_for(lambda: answer(b""), 30, "the first answer on /metrics", interval=0.01)
+        later = wait_for(lambda: answer(b"DCGM_FI_PROF_GR_ENGINE_ACTIVE{"), 20,
+                         "the DCP series", interval=0.05)
     finally:
         with_serve.stop()
-    assert answer is not None
-    status, body = answer
-    assert status == 200
-    assert f'UUID="{UUID}"'.encode() in body  # never an answer without the GPU
-    assert b"DCGM_FI_PROF_GR_ENGINE_ACTIVE{" in body  # the first cycle waited for GPM's pair
+    assert first is not None and later is not None
+    assert f'UUID="{UUID}"'.encode() in first  # never an answer without the GPU
+    if b"DCGM_FI_PROF_GR_ENGINE_ACTIVE{" not in first:
+        assert b'field="DCGM_FI_PROF_GR_ENGINE_ACTIVE",reason="GPM\'s first 100 ms' in first
+    assert f'UUID="{UUID}"'.encode() in later
 
 
 def test_a_bad_input_exits_2_while_nvml_fails() -> None:
@@ -98,27 +107,41 @@ def test_the_open_waits_for_no_agent_catalog_or_listener(tmp_path: Path) -> None
 
 
 SWITCHES = textwrap.dedent("""
+    import gc
     import sys
     import podgpu.agent
     from podgpu import serve
     seen = []
+    def state():
+        return [sys.getswitchinterval(), gc.isenabled(), gc.get_freeze_count() > 0]
     def run(agent, *, open_backend, ready):  # the agent's run, as far as the start goes
-        seen.append(sys.getswitchinterval())
-        ready(agent)  # the port is bound
-        seen.append(sys.getswitchinterval())
+        seen.extend(state())
+        if sys.argv[1] == "serves":
+            ready(agent)  # the port is bound, the first cycle published
+            seen.extend(state())
         return 0
     podgpu.agent.run = run
     sys.setswitchinterval(0.004)  # not the default: what was set is what comes back
     code = serve.main(["--simulate", "1", "-a", "127.0.0.1:0"])
-    print(code, *seen, sys.getswitchinterval())
+    print(code, *seen, *state())
 """)
 
 
-def test_the_start_switches_threads_fast_until_the_port_is_bound() -> None:
-    """serve.py's START_SWITCH_SECONDS while the start overlaps driver waits with imports; the
-    interval set before comes back once the port is bound (a scrape under load then sees the
-    interpreter as it was). A process of its own: `serve.main` configures the process's logs."""
-    done = subprocess.run([sys.executable, "-c", SWITCHES], capture_output=True, text=True,
+def start_state(how: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", SWITCHES, how], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["0", "0.0005", "0.004", "0.004"]
+    return done.stdout.split()
+
+
+def test_the_start_switches_fast_and_collects_no_garbage_until_it_serves() -> None:
+    """serve.py's `starting`: while the start overlaps driver waits with imports, threads switch
+    every START_SWITCH_SECONDS and the cyclic garbage collector is off. Once the port serves, the
+    interval set before comes back (a scrape under load then sees the interpreter as it was) and
+    the collector is on again, what the start made frozen out of its reach. A process of its
+    own: `serve.main` configures the process's logs."""
+    assert start_state("serves") == ["0", "0.0005", "False", "False",  # starting
+                                     "0.004", "True", "True",  # serving
+                                     "0.004", "True", "True"]  # after
+    # a start that ends before it serves: both back, nothing frozen
+    assert start_state("fails") == ["0", "0.0005", "False", "False", "0.004", "True", "False"]
