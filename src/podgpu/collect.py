@@ -48,6 +48,8 @@ class Collector:
         if attributor is not None:
             self._errors["kubelet"] = 0
         self._cycle = 0
+        self.held_for: float | None = None
+        """The last cycle's `Reading.held_for`: seconds until values it held back can be read."""
 
     def use_fields(self, fields: tuple[Field, ...]) -> None:
         """Read these fields from the next cycle on (a metric list reloaded on SIGHUP); call on
@@ -67,6 +69,7 @@ class Collector:
             log.exception("backend %s failed", self._backend.name)
             reading, ok, err = Reading(samples=()), False, f"{type(exc).__name__}: {exc}"
             self._errors[self._backend.name] += 1
+        self.held_for = reading.held_for
         self._errors[self._backend.name] += reading.errors  # a lost device is one of them
         stages.append(StageResult("backend", time.perf_counter() - t0, ok, err))
 
@@ -105,7 +108,9 @@ class CollectLoop:
     """Runs `collector.cycle()` every `interval` seconds on a daemon thread and publishes results.
 
     Ticks are scheduled on a fixed grid (start + k*interval); a cycle that overruns skips the
-    missed ticks instead of queueing them, so a slow GPU never builds a backlog.
+    missed ticks instead of queueing them, so a slow GPU never builds a backlog. When the first
+    cycle (`first_now`) held values back (GPM's first 100 ms, backends/nvml_gpm.py), the grid's
+    first tick comes as soon as they can be read instead of one interval later.
     """
 
     def __init__(
@@ -170,7 +175,9 @@ class CollectLoop:
                 self._on_death(exc)
 
     def _ticks(self) -> None:
-        next_tick = time.monotonic() + self._interval
+        held = self._collector.held_for if self._first_now else None
+        next_tick = time.monotonic() + (self._interval if held is None else
+                                        min(held, self._interval))
         while not self._stop.wait(max(0.0, next_tick - time.monotonic())):
             try:
                 self.run_once()

@@ -97,9 +97,10 @@ def test_a_raising_attributor_does_not_stop_collection() -> None:
 class _Cycles:
     """A collector whose cycles log the thread they ran on; `error` makes them raise it."""
 
-    def __init__(self, error: BaseException | None = None) -> None:
+    def __init__(self, error: BaseException | None = None, held_for: float | None = None) -> None:
         self.threads: list[str] = []
         self.error = error
+        self.held_for = held_for  # the first cycle's, as Collector keeps it
 
     def cycle(self) -> str:
         self.threads.append(threading.current_thread().name)
@@ -120,6 +121,27 @@ def test_the_first_cycle_runs_at_once_on_the_loops_thread_and_is_waited_for() ->
     finally:
         loop.stop()
     assert published == ["snapshot 1"]  # the next tick was an interval away
+
+
+def test_values_the_first_cycle_held_back_come_with_the_grids_first_tick() -> None:
+    """GPM's first 100 ms not over at the first cycle: the next cycle comes once they are,
+    not an interval (here an hour) later; the grid goes on from there."""
+    cycles = _Cycles(held_for=0.05)
+    second = threading.Event()
+    published: list[object] = []
+
+    def publish(snap: object, _seconds: float) -> None:
+        published.append(snap)
+        if len(published) == 2:
+            second.set()
+
+    loop = CollectLoop(cycles, 3600, publish)  # type: ignore[arg-type]
+    loop.start(first_now=True)
+    try:
+        assert second.wait(30)
+    finally:
+        loop.stop()
+    assert published == ["snapshot 1", "snapshot 2"]
 
 
 def test_a_first_cycle_that_raises_fails_the_start_and_ends_the_loop() -> None:

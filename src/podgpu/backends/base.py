@@ -16,13 +16,16 @@ class Reading(NamedTuple):
 
     `lost` names devices that could not be read at all this cycle, with the reason (a lost GPU
     keeps a sample with `Sample.lost` set); `errors` counts failed calls this cycle, one
-    for each lost device included (fields merely unsupported are not errors).
+    for each lost device included (fields merely unsupported are not errors). `held_for`: the
+    seconds after this read until values it held back can be read (NVML GPM's first 100 ms),
+    None when it held none back.
     """
 
     samples: tuple[Sample, ...]
     lost: tuple[tuple[str, str], ...] = ()
     errors: int = 0
     processes: tuple[GpuProcess, ...] = ()
+    held_for: float | None = None
 
 
 class Backend(Protocol):

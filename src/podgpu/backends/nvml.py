@@ -247,6 +247,7 @@ class NvmlBackend:
         procs: list[GpuProcess] = []
         lost: list[tuple[str, str]] = []
         errors = 0
+        held = [r.held_for for r in by_gpu.values() if r.held_for is not None]
         for i in sorted(self._runners):
             result = by_gpu[i]
             if result.view is not None:
@@ -266,7 +267,7 @@ class NvmlBackend:
                     samples.extend(with_instances(self._lost_sample(
                         view, plan, fields, result.lost, HUNG_CODE), view.instances))
         return Reading(samples=tuple(samples), lost=tuple(lost), errors=errors,
-                       processes=tuple(procs))
+                       processes=tuple(procs), held_for=max(held, default=None))
 
     def _lost_sample(self, view: GpuView, plan: Plan, fields: Sequence[Field],
                      reason: str | None = None, fail_code: str | None = None) -> Sample:

@@ -3,8 +3,13 @@
 One `GpmStream` per GPU or MIG GPU instance keeps a rolling pair of GPM samples: each cycle takes
 one new sample and computes every requested metric between it and the previous cycle's sample in
 one `nvmlGpmMetricsGet` call, then keeps the new sample as the next baseline. NVML needs the two
-samples more than 100 ms apart; the stream takes its first sample when it is created (at open), so
-the first cycle already has values, waiting only for whatever is left of the 100 ms.
+samples more than 100 ms apart. The stream takes its first sample when it is created (at open, or
+when a MIG instance appears). A read that comes less than 100 ms after that first sample does not
+wait for the rest: its metrics are absent with FIRST_WINDOW as the reason, and the first sample
+stays the baseline of the next read, which has them. dcgm-exporter does the same with a
+profiling field DCGM has not sampled yet: its value is blank, and a blank value is not exported
+(docs/decisions/0024-first-answer-before-gpm.md). A later read that comes early (a cycle at a
+100 ms interval, late after the one before) waits for the rest, so the series never flickers.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from podgpu.backends.nvml_lib import Lib
 
 MIN_INTERVAL_SECONDS = 0.1
 """nvml.h: the two samples "should be greater than 100ms" apart."""
+FIRST_WINDOW = "GPM's first 100 ms are not over: values from the next cycle"
+"""The reason of every metric of a stream's first read when it comes within the 100 ms (the
+caller does not log it: it is the start, not a fault)."""
 
 
 def gpm_support(lib: Lib, handle: Any) -> str | None:
@@ -53,6 +61,7 @@ class GpmStream:
         self._clock = clock
         self._sleep = sleep
         self._samples: list[Any] = []
+        self._computed = False  # no metrics read yet: a read within the first 100 ms is absent
         try:
             self._samples = [lib.m.nvmlGpmSampleAlloc(), lib.m.nvmlGpmSampleAlloc()]
             self._take(self._samples[0])
@@ -60,6 +69,12 @@ class GpmStream:
             self.close()
             raise
         self._taken_at = clock()
+
+    @property
+    def window_ends(self) -> float | None:
+        """When (on the stream's clock) the stream's first 100 ms are over; None once a read has
+        computed its metrics (later reads wait for what is left of their 100 ms instead)."""
+        return None if self._computed else self._taken_at + MIN_INTERVAL_SECONDS
 
     def _take(self, sample: Any) -> None:
         if self._gi_id is None:
@@ -70,6 +85,8 @@ class GpmStream:
     def metrics(self, metric_ids: Sequence[int]) -> dict[int, float | str]:
         """metric id -> value in NVML's unit (percent, MiB/s), or the reason it is absent.
 
+        Within 100 ms of the stream's first sample, every metric is FIRST_WINDOW and no sample is
+        taken; after that, a read sooner than 100 ms after the previous one waits for the rest.
         Raises the pynvml error when taking the sample fails (the caller decides whether the
         device is lost).
         """
@@ -77,11 +94,14 @@ class GpmStream:
             return {}
         wait = MIN_INTERVAL_SECONDS - (self._clock() - self._taken_at)
         if wait > 0:
+            if not self._computed:
+                return dict.fromkeys(metric_ids, FIRST_WINDOW)
             self._sleep(wait)
         prev, new = self._samples
         self._take(new)
         self._taken_at = self._clock()
         self._samples = [new, prev]  # the new sample is the next cycle's baseline
+        self._computed = True
         m = self._lib.m
         get = m.c_nvmlGpmMetricsGet_t()
         get.version = m.NVML_GPM_METRICS_GET_VERSION

@@ -65,6 +65,9 @@ class GpuResult(NamedTuple):
     lost: str | None = None
     view: GpuView | None = None
     """The GPU as its worker left it; None when the worker did not answer in time."""
+    held_for: float | None = None
+    """Seconds from the end of this cycle until GPM values it held back can be read (its
+    first 100 ms not over); None when it held none back."""
 
 
 class CycleJob(NamedTuple):
@@ -137,7 +140,9 @@ class GpuRunner:
                 if inst_errors:
                     g.mig_dirty = True  # an instance handle went stale: re-enumerate
             procs = read_processes(lib, g) if job.processes else ()
-            return GpuResult(tuple(samples), procs, errors, view=self.view())
+            held = g.gpm_held_until() if job.plan.gpm else None
+            return GpuResult(tuple(samples), procs, errors, view=self.view(),
+                             held_for=None if held is None else max(0.0, held - self._clock()))
         except lib.error as exc:
             if not lib.is_lost(exc):
                 log.warning("%s: NVML error: %s", g.name, exc)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from podgpu.backends import derived
 from podgpu.backends.nvml_events import EventWatcher
+from podgpu.backends.nvml_gpm import FIRST_WINDOW
 from podgpu.backends.nvml_lib import NOT_FOUND, Lib
 from podgpu.backends.nvml_mig import MigInstance
 from podgpu.backends.nvml_plan import (
@@ -231,7 +232,7 @@ def _gpm(lib: Lib, stream: Any, plan: Plan, acc: _Acc, what: str) -> None:
     for f, mid in plan.gpm:
         value = got.get(mid, "no value")
         if isinstance(value, str):
-            acc.miss(f, value)
+            acc.miss(f, value, log=value != FIRST_WINDOW)
         else:
             acc.put(f, value)
 

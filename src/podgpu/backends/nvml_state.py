@@ -58,6 +58,12 @@ class GpuState:
     def name(self) -> str:
         return self.device.device_name if self.device is not None else f"gpu{self.index}"
 
+    def gpm_held_until(self) -> float | None:
+        """When the GPU's last FIRST_WINDOW ends (its clock): the latest `window_ends` of its
+        streams; None when no stream is still in its first 100 ms."""
+        ends = [s.window_ends for s in (self.gpm, *self.instance_gpm.values()) if s is not None]
+        return max((e for e in ends if e is not None), default=None)
+
     def free_gpm(self) -> None:
         for stream in (self.gpm, *self.instance_gpm.values()):
             if stream is not None:

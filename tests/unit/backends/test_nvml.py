@@ -31,9 +31,16 @@ def gpus(n: int) -> list[FakeGpu]:
                     bus_id=f"00000000:{0x18 + i:02X}:00.0") for i in range(n)]
 
 
-def opened(nv: FakeNvml, clock: FakeClock | None = None, **kw: float) -> NvmlBackend:
-    backend = NvmlBackend(pynvml_module=nv, clock=clock or FakeClock(), **kw)  # type: ignore[arg-type]
+def opened(nv: FakeNvml, clock: FakeClock | None = None, *, first_window: bool = False,
+           **kw: float) -> NvmlBackend:
+    """The backend opened; then, unless `first_window`, the clock moved past GPM's first 100 ms
+    (by 0.25 s: at 1.8e9 s a float does not add 0.1 exactly),
+    as in a start whose first cycle comes later (a read sooner has no DCGM_FI_PROF_* values)."""
+    clock = clock or FakeClock()
+    backend = NvmlBackend(pynvml_module=nv, clock=clock, **kw)  # type: ignore[arg-type]
     backend.open()
+    if not first_window:
+        clock.advance(0.25)
     return backend
 
 
@@ -190,7 +197,11 @@ def test_gpu_lost_mid_run_others_keep_reporting_then_recovers(nv: FakeNvml) -> N
         clock.advance(5.0)
         r = b.read(wanted)
         assert [s.device.index for s in r.samples] == [0, 1] and r.lost == ()
-        assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in by_index(r.samples)[1].values  # GPM rebuilt
+        back = by_index(r.samples)[1]  # GPM rebuilt: a new stream, its first sample just taken
+        assert "first 100 ms" in back.missing["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+        clock.advance(1.0)
+        r = b.read(wanted)
+        assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in by_index(r.samples)[1].values
     finally:
         b.close()
 
@@ -306,15 +317,47 @@ def test_nvlink_bandwidth_is_a_rate_of_the_counters() -> None:
 
 # --- GPM
 
-def test_gpm_first_cycle_waits_only_the_rest_of_100ms() -> None:
+def test_gpm_first_read_within_100ms_is_absent_not_waited_for(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """NVML needs its two GPM samples 100 ms apart. A first cycle that comes sooner after the
+    open's sample does not wait: the DCP fields are absent from it (no sample taken, nothing
+    logged), and the next cycle computes them from the open's sample."""
+    clock = FakeClock()
+    nv = FakeNvml(gpus(1), clock=clock)
+    caplog.set_level(logging.INFO, logger="podgpu")
+    b = opened(nv, clock, first_window=True)
+    try:
+        clock.advance(0.03)
+        taken = nv.calls["nvmlGpmSampleGet"]
+        assert b.read(fields("DCGM_FI_DEV_GPU_UTIL")).held_for is None  # no DCP field asked
+        reading = b.read(fields("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_GPU_UTIL"))
+        assert reading.held_for == pytest.approx(0.07)  # the loop's next cycle comes then
+        first = by_index(reading.samples)[0]
+        assert nv.calls["nvmlGpmSampleGet"] == taken and nv.calls["nvmlGpmMetricsGet"] == 0
+        assert "DCGM_FI_PROF_SM_ACTIVE" not in first.values
+        assert "first 100 ms" in first.missing["DCGM_FI_PROF_SM_ACTIVE"]
+        assert first.values["DCGM_FI_DEV_GPU_UTIL"] == 0  # the rest of the cycle is whole
+        assert "DCGM_FI_PROF_SM_ACTIVE" not in caplog.text
+        clock.advance(1.0)
+        reading = b.read(fields("DCGM_FI_PROF_SM_ACTIVE"))
+        assert reading.held_for is None
+        second = by_index(reading.samples)[0]
+    finally:
+        b.close()
+    assert second.values["DCGM_FI_PROF_SM_ACTIVE"] == pytest.approx(0.97)
+    ((a, z),) = nv.gpm_pairs  # from the open's sample to the second cycle's
+    assert z - a == pytest.approx(1.03)
+
+
+def test_gpm_later_read_within_100ms_waits_only_the_rest() -> None:
+    """Once a stream has computed, an early cycle (at a 100 ms interval, after a late one) waits
+    for the rest of the 100 ms instead of dropping the fields: the series never flicker."""
     clock = FakeClock()
     nv = FakeNvml(gpus(1), clock=clock)
     b = opened(nv, clock)
     slept: list[float] = []
     stream = b._runners[0]._gpu.gpm
     assert stream is not None
-    stream._clock = clock  # the fake clock drives the 100 ms rule
-    stream._taken_at = clock()
 
     def sleep(seconds: float) -> None:
         slept.append(seconds)
@@ -322,17 +365,20 @@ def test_gpm_first_cycle_waits_only_the_rest_of_100ms() -> None:
 
     stream._sleep = sleep
     try:
-        clock.advance(0.03)
         b.read(fields("DCGM_FI_PROF_SM_ACTIVE"))
+        assert slept == []  # the open's sample is 100 ms old
+        clock.advance(0.03)
+        r = b.read(fields("DCGM_FI_PROF_SM_ACTIVE"))
         assert slept == [pytest.approx(0.07)]
         clock.advance(1.0)
         b.read(fields("DCGM_FI_PROF_SM_ACTIVE"))
         assert len(slept) == 1  # a 1 s cycle never waits
     finally:
         b.close()
+    assert by_index(r.samples)[0].values["DCGM_FI_PROF_SM_ACTIVE"] == pytest.approx(0.97)
     # each pair starts where the previous one ended: the previous cycle's sample is reused
-    (a1, b1), (a2, b2) = nv.gpm_pairs
-    assert a2 == b1 and b1 - a1 >= 0.1 - 1e-6 and b2 - a2 >= 0.1 - 1e-6
+    (a1, b1), (a2, b2), (a3, _) = nv.gpm_pairs
+    assert a2 == b1 and a3 == b2 and b1 - a1 >= 0.1 - 1e-6 and b2 - a2 >= 0.1 - 1e-6
 
 
 def test_without_gpm_dcp_fields_are_absent_and_said_so(caplog: pytest.LogCaptureFixture) -> None:

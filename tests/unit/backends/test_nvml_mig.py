@@ -41,8 +41,11 @@ def fields(*names: str) -> list[Field]:
 
 
 def open_backend(nv: FakeNvml) -> NvmlBackend:
-    b = NvmlBackend(pynvml_module=nv, clock=FakeClock())
+    """Opened, and the clock moved past GPM's first 100 ms (a read sooner has no DCP values)."""
+    clock = FakeClock()
+    b = NvmlBackend(pynvml_module=nv, clock=clock)
     b.open()
+    clock.advance(0.25)
     return b
 
 
