@@ -214,6 +214,10 @@ def main() -> int:
     ap.add_argument("--podgpu-args", default="",
                     help="more arguments for every podgpu start (one string, split as a shell "
                          "would), e.g. \"-f list.csv\"")
+    ap.add_argument("--podgpu-series", default=SERIES["podgpu"].decode(),
+                    help="what podgpu's first valid /metrics must hold (default %(default)s; "
+                         "e.g. DCGM_FI_PROF_GR_ENGINE_ACTIVE{ for the first answer with GPM's "
+                         "values)")
     ap.add_argument("--first-only", action="store_true",
                     help="only the first valid /metrics: each start stopped there (seconds, not "
                          "12 s, a start: many rounds for a steadier start-up figure)")
@@ -221,6 +225,7 @@ def main() -> int:
     global FAKE_NVML, PODGPU_ARGS, SCRAPES, FIRST_ONLY
     FAKE_NVML = a.fake_nvml
     FIRST_ONLY = a.first_only
+    SERIES["podgpu"] = a.podgpu_series.encode()
     PODGPU_ARGS = shlex.split(a.podgpu_args)
     SCRAPES = a.scrapes
     kinds: list[tuple[str, Path | None]] = [("podgpu", a.src.resolve())]
