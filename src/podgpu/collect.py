@@ -48,8 +48,9 @@ class Collector:
         if attributor is not None:
             self._errors["kubelet"] = 0
         self._cycle = 0
-        self.held_for: float | None = None
-        """The last cycle's `Reading.held_for`: seconds until values it held back can be read."""
+        self.held_until: float | None = None
+        """When (time.monotonic) values the last cycle held back can be read (its reading's
+        `held_for` from when the reading returned); None when it held none back."""
 
     def use_fields(self, fields: tuple[Field, ...]) -> None:
         """Read these fields from the next cycle on (a metric list reloaded on SIGHUP); call on
@@ -69,7 +70,8 @@ class Collector:
             log.exception("backend %s failed", self._backend.name)
             reading, ok, err = Reading(samples=()), False, f"{type(exc).__name__}: {exc}"
             self._errors[self._backend.name] += 1
-        self.held_for = reading.held_for
+        self.held_until = (None if reading.held_for is None
+                           else time.monotonic() + reading.held_for)
         self._errors[self._backend.name] += reading.errors  # a lost device is one of them
         stages.append(StageResult("backend", time.perf_counter() - t0, ok, err))
 
@@ -175,9 +177,10 @@ class CollectLoop:
                 self._on_death(exc)
 
     def _ticks(self) -> None:
-        held = self._collector.held_for if self._first_now else None
-        next_tick = time.monotonic() + (self._interval if held is None else
-                                        min(held, self._interval))
+        next_tick = time.monotonic() + self._interval
+        held = self._collector.held_until if self._first_now else None
+        if held is not None:  # not after the publish: from when the reading returned
+            next_tick = min(held, next_tick)
         while not self._stop.wait(max(0.0, next_tick - time.monotonic())):
             try:
                 self.run_once()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -55,6 +56,24 @@ def test_a_failing_backend_yields_an_empty_snapshot_and_counts_errors() -> None:
     assert "driver hiccup" in second.stage("backend").error  # type: ignore[union-attr]
 
 
+class HoldingBackend(FlakyBackend):
+    """Holds values back on its first read (as GPM's first 100 ms do), never after."""
+
+    def read(self, fields: Sequence[Field], *, processes: bool = False) -> Reading:
+        self.calls += 1
+        return self.inner.read(fields)._replace(held_for=0.2 if self.calls == 1 else None)
+
+
+def test_the_collector_keeps_when_held_back_values_can_be_read() -> None:
+    c = Collector(HoldingBackend(), FIELDS)
+    before = time.monotonic()
+    c.cycle()
+    after = time.monotonic()
+    assert c.held_until is not None and before + 0.2 <= c.held_until <= after + 0.2
+    c.cycle()
+    assert c.held_until is None
+
+
 class StaticAttributor:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
@@ -100,10 +119,13 @@ class _Cycles:
     def __init__(self, error: BaseException | None = None, held_for: float | None = None) -> None:
         self.threads: list[str] = []
         self.error = error
-        self.held_for = held_for  # the first cycle's, as Collector keeps it
+        self.held_for = held_for
+        self.held_until: float | None = None  # the last cycle's, as Collector keeps it
 
     def cycle(self) -> str:
         self.threads.append(threading.current_thread().name)
+        if self.held_for is not None and len(self.threads) == 1:
+            self.held_until = time.monotonic() + self.held_for
         if self.error is not None:
             raise self.error
         return f"snapshot {len(self.threads)}"
