@@ -8,8 +8,9 @@ and importing the rest of podgpu (the agent, the metric list, the renderers, the
 Python work. The open overlaps the two (podgpu/ahead.py): its thread starts NVML's init through
 the C library before anything else, before pynvml is even imported; then takes each GPU's first
 GPM sample while the flags are parsed, since neither needs a setting; and opens the backend as
-soon as the settings make it. So the first valid /metrics comes about when GPM's wait ends, or
-when the imports do, whichever is later, instead of after the imports and the waits. This
+soon as the settings make it. The first cycle does not wait for GPM's 100 ms (its DCP values
+come with the cycle after it: docs/decisions/0024-first-answer-before-gpm.md), so the first
+valid /metrics comes when the imports end, not after the imports and the waits. This
 module therefore starts that thread first; the logs, the flags' tables and the agent come
 after. A command line that asks for --simulate starts nothing ahead and loads no pynvml.
 Bad input still exits 2: a ConfigError from parsing or building the agent wins over whatever the

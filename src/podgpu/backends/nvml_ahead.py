@@ -1,9 +1,9 @@
 """Each GPU's first GPM sample, taken before `podgpu serve`'s flags are parsed (podgpu/ahead.py
 starts it).
 
-NVML needs two GPM samples more than 100 ms apart (backends/nvml_gpm.py), and the first cycle's
-DCGM_FI_PROF_* values wait for the second, so the first valid /metrics comes no sooner than
-0.1 s after the first sample. `Warmup` takes each GPU's first sample on that GPU's own worker
+NVML needs two GPM samples more than 100 ms apart (backends/nvml_gpm.py): the DCGM_FI_PROF_*
+values come with the first cycle that reads 100 ms or more after the first sample (the cycle
+after the first one when the first came sooner). `Warmup` takes each GPU's first sample on that GPU's own worker
 (backends/deadline.py) as soon as NVML is up and pynvml is there; the NVML backend's open adopts
 the workers and each GPU's first discovery adopts its stream. The workers are the ones the
 backend reads on afterwards, so a GPU whose call hangs here stalls only that GPU's discovery,

@@ -214,7 +214,7 @@ class GpuRunner:
 
     def _whole_gpu_stream(self) -> tuple[GpmStream | None, str]:
         """The stream started ahead for the first discovery, its first sample already taken (so
-        the first cycle waits less of GPM's 100 ms), else a new one."""
+        GPM's first 100 ms end sooner), else a new one."""
         first, self._first_stream = self._first_stream, None
         stream = first() if first is not None else None
         return (stream, "") if stream is not None else self._gpm_stream(None)
