@@ -41,7 +41,7 @@ def starting() -> Callable[[object], None]:
     """The interpreter as a start wants it: START_SWITCH_SECONDS, and the cyclic garbage
     collector off. A start creates ~37,000 objects that live as long as the process (modules,
     classes, tables), and the collector would walk them again and again while they are made
-    (bench/RESULTS.md, "The garbage collector off until the port serves").
+    (bench/RESULTS.md, "The first answer without GPM's first window, the GC off").
 
     The callable returned puts both back. Called with the agent (the port is bound and the
     first cycle published: `agent.run`'s `ready`), it first freezes what the start made
