@@ -3,12 +3,12 @@ starts it).
 
 NVML needs two GPM samples more than 100 ms apart (backends/nvml_gpm.py): the DCGM_FI_PROF_*
 values come with the first cycle that reads 100 ms or more after the first sample (the cycle
-after the first one when the first came sooner). `Warmup` takes each GPU's first sample on that GPU's own worker
-(backends/deadline.py) as soon as NVML is up and pynvml is there; the NVML backend's open adopts
-the workers and each GPU's first discovery adopts its stream. The workers are the ones the
-backend reads on afterwards, so a GPU whose call hangs here stalls only that GPU's discovery,
-which the open waits for under its usual deadline. Streams no discovery took are freed once
-the open is done (`release`).
+after the first one when the first came sooner). `Warmup` takes each GPU's first sample on that
+GPU's own worker (backends/deadline.py) as soon as NVML is up and pynvml is there; the NVML
+backend's open adopts the workers and each GPU's first discovery adopts its stream. The workers
+are the ones the backend reads on afterwards, so a GPU whose call hangs here stalls only that
+GPU's discovery, which the open waits for under its usual deadline. Streams no discovery took
+are freed once the open is done (`release`).
 """
 
 from __future__ import annotations
