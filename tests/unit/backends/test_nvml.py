@@ -349,6 +349,24 @@ def test_gpm_first_read_within_100ms_is_absent_not_waited_for(
     assert z - a == pytest.approx(1.03)
 
 
+def test_the_reading_holds_back_for_the_gpu_whose_first_window_ends_last() -> None:
+    """`Reading.held_for` over several GPUs: a GPU without GPM holds nothing back and does not
+    hide one that does; the GPU whose first sample came later decides."""
+    clock = FakeClock()
+    nv = FakeNvml(gpus(3), clock=clock)
+    nv.gpus[0].gpm_supported = False
+    b = opened(nv, clock, first_window=True)
+    try:
+        late = b._runners[2]._gpu.gpm
+        assert late is not None
+        late._taken_at = clock() + 0.04  # as if its first sample came 40 ms after the others'
+        clock.advance(0.03)
+        reading = b.read(fields("DCGM_FI_PROF_SM_ACTIVE"))
+    finally:
+        b.close()
+    assert reading.held_for == pytest.approx(0.11)  # GPU 2's window ends 0.14 s after the open
+
+
 def test_gpm_later_read_within_100ms_waits_only_the_rest() -> None:
     """Once a stream has computed, an early cycle (at a 100 ms interval, after a late one) waits
     for the rest of the 100 ms instead of dropping the fields: the series never flicker."""
